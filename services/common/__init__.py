@@ -1,0 +1,1 @@
+"""Scaffolding every paddleray service shares: server, errors, auth, settings, metrics, logs."""

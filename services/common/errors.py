@@ -1,0 +1,68 @@
+"""Domain errors that carry their gRPC status code.
+
+Domain code raises these; one interceptor (interceptors.ErrorMappingInterceptor) turns them
+into statuses, so servicers never build statuses by hand and never leak a traceback.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class DomainError(Exception):
+    """An error the client can act on; its message is shown to the client as is."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(DomainError):
+    """A request field breaks a rule; the message names the field and the rule."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
+class NotFound(DomainError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(DomainError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(DomainError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PermissionDenied(DomainError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unauthenticated(DomainError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class ResourceExhausted(DomainError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class OutOfRange(DomainError):
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class Unavailable(DomainError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class Aborted(DomainError):
+    """A concurrent change won; the client may retry."""
+
+    code = grpc.StatusCode.ABORTED

@@ -1,0 +1,199 @@
+"""Server interceptors: bearer-token auth, domain-error mapping, and request metrics.
+
+grpc.aio interceptors cannot see a call's outcome from intercept_service alone, so each one
+wraps the method handler's behavior (unary-unary and unary-stream, the only kinds our
+contracts use).
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from paddleray.services.common import errors, metrics
+
+log = logging.getLogger(__name__)
+
+UnaryBehavior = Callable[[Any, aio.ServicerContext], Awaitable[Any]]
+StreamBehavior = Callable[[Any, aio.ServicerContext], AsyncIterator[Any]]
+
+# Health checks come from load balancers and kubelets that carry no token.
+_PUBLIC_SERVICES = ("/grpc.health.v1.Health/",)
+
+
+def _wrap_handler(
+    handler: grpc.RpcMethodHandler | None,
+    unary: Callable[[UnaryBehavior], UnaryBehavior],
+    stream: Callable[[StreamBehavior], StreamBehavior],
+) -> grpc.RpcMethodHandler | None:
+    if handler is None:
+        return None
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            unary(_as_coroutine(handler.unary_unary)),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            stream(_as_async_iterator(handler.unary_stream)),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
+
+
+def _as_coroutine(behavior: Callable[..., Any]) -> UnaryBehavior:
+    # Generated base servicers answer unimplemented methods with a plain (non-async) function.
+    async def call(request: Any, context: aio.ServicerContext) -> Any:
+        result = behavior(request, context)
+        return await result if inspect.isawaitable(result) else result
+
+    return call
+
+
+def _as_async_iterator(behavior: Callable[..., Any]) -> StreamBehavior:
+    async def call(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+        result = behavior(request, context)
+        if hasattr(result, "__aiter__"):
+            async for item in result:
+                yield item
+        elif inspect.isawaitable(result):
+            await result
+        else:
+            for item in result:
+                yield item
+
+    return call
+
+
+class ErrorMappingInterceptor(aio.ServerInterceptor):
+    """Maps DomainError to its status; anything unexpected to INTERNAL with a logged traceback.
+
+    The client sees an incident id for INTERNAL, never the traceback itself.
+    """
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+        method = handler_call_details.method
+        handler = await continuation(handler_call_details)
+
+        async def abort_for(exc: BaseException, context: aio.ServicerContext) -> None:
+            if isinstance(exc, errors.DomainError):
+                await context.abort(exc.code, exc.message)
+            if isinstance(exc, NotImplementedError):
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
+            incident = uuid.uuid4().hex[:12]
+            log.error("unexpected error in %s (incident %s)", method, incident, exc_info=exc)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error (incident {incident}); see the server log")
+
+        def unary(behavior: UnaryBehavior) -> UnaryBehavior:
+            async def call(request: Any, context: aio.ServicerContext) -> Any:
+                try:
+                    return await behavior(request, context)
+                except aio.AbortError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - mapped to a status, never leaked
+                    await abort_for(exc, context)
+
+            return call
+
+        def stream(behavior: StreamBehavior) -> StreamBehavior:
+            async def call(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                except aio.AbortError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    await abort_for(exc, context)
+
+            return call
+
+        return _wrap_handler(handler, unary, stream)
+
+
+class AuthInterceptor(aio.ServerInterceptor):
+    """Requires `authorization: Bearer <token>` on every call except health checks."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    def _authorized(self, metadata: Any) -> bool:
+        for key, value in metadata or ():
+            if key == "authorization":
+                given = value.encode() if isinstance(value, str) else value
+                return hmac.compare_digest(given, self._expected)
+        return False
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+        handler = await continuation(handler_call_details)
+        if handler_call_details.method.startswith(_PUBLIC_SERVICES) or self._authorized(
+            handler_call_details.invocation_metadata
+        ):
+            return handler
+
+        async def reject(context: aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token in 'authorization' metadata")
+
+        def unary(_: UnaryBehavior) -> UnaryBehavior:
+            async def call(request: Any, context: aio.ServicerContext) -> Any:
+                await reject(context)
+
+            return call
+
+        def stream(_: StreamBehavior) -> StreamBehavior:
+            async def call(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+                await reject(context)
+                yield  # pragma: no cover - makes this an async generator
+
+            return call
+
+        return _wrap_handler(handler, unary, stream)
+
+
+class MetricsInterceptor(aio.ServerInterceptor):
+    """Counts calls by method and status code, and times unary calls."""
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+        method = handler_call_details.method
+        handler = await continuation(handler_call_details)
+
+        def record(code: grpc.StatusCode, started: float | None) -> None:
+            metrics.GRPC_REQUESTS.labels(method=method, code=code.name).inc()
+            if started is not None:
+                metrics.GRPC_LATENCY.labels(method=method).observe(time.perf_counter() - started)
+
+        def unary(behavior: UnaryBehavior) -> UnaryBehavior:
+            async def call(request: Any, context: aio.ServicerContext) -> Any:
+                started = time.perf_counter()
+                try:
+                    response = await behavior(request, context)
+                except BaseException:
+                    record(context.code() or grpc.StatusCode.UNKNOWN, started)
+                    raise
+                record(grpc.StatusCode.OK, started)
+                return response
+
+            return call
+
+        def stream(behavior: StreamBehavior) -> StreamBehavior:
+            async def call(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                except BaseException:
+                    record(context.code() or grpc.StatusCode.UNKNOWN, None)
+                    raise
+                record(grpc.StatusCode.OK, None)
+
+            return call
+
+        return _wrap_handler(handler, unary, stream)

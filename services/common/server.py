@@ -1,0 +1,128 @@
+"""create_server: a grpc.aio server with health, reflection, auth, error mapping and metrics.
+
+`create_server(settings, services) -> (server, port)` only builds and binds; `run_service`
+is what a service's main() calls: it starts the server, serves /metrics, writes the port
+file, and on SIGTERM/SIGINT reports NOT_SERVING, drains in-flight calls for the grace
+period, then runs the service's own shutdown hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from paddleray.services.common.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
+from paddleray.services.common.logs import configure_logging
+from paddleray.services.common.metrics import serve_metrics
+from paddleray.services.common.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+# Streams such as WatchJob live long; keep idle connections from being cut by middleboxes.
+_SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+@dataclass(frozen=True)
+class ServiceRegistration:
+    """One gRPC service to serve: its full name and the generated add_*_to_server call."""
+
+    full_name: str
+    servicer: Any
+    add_to_server: Callable[[Any, aio.Server], None]
+
+
+@dataclass
+class Server:
+    """A built server and the health servicer that reports its services."""
+
+    grpc_server: aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    service_names: list[str] = field(default_factory=list)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *self.service_names]:
+            await self.health.set(name, status)
+
+
+def create_server(settings: ServiceSettings, services: Sequence[ServiceRegistration]) -> tuple[Server, int]:
+    """Builds and binds the server (not started). Returns it and the bound port."""
+    interceptors: list[aio.ServerInterceptor] = [MetricsInterceptor()]
+    if settings.auth_token:
+        interceptors.append(AuthInterceptor(settings.auth_token))
+    interceptors.append(ErrorMappingInterceptor())
+    grpc_server = aio.server(interceptors=interceptors, options=_SERVER_OPTIONS)
+    names = []
+    for service in services:
+        service.add_to_server(service.servicer, grpc_server)
+        names.append(service.full_name)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], grpc_server
+    )
+    port = grpc_server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        raise RuntimeError(f"could not bind {settings.host}:{settings.port}")
+    return Server(grpc_server, port, health_servicer, names), port
+
+
+async def start_server(settings: ServiceSettings, services: Sequence[ServiceRegistration]) -> Server:
+    """create_server, started and reporting SERVING."""
+    server, _ = create_server(settings, services)
+    await server.grpc_server.start()
+    await server.set_serving(True)
+    return server
+
+
+async def stop_server(server: Server, grace_period_s: float) -> None:
+    await server.set_serving(False)
+    await server.grpc_server.stop(grace_period_s)
+
+
+async def run_service(
+    service: str,
+    settings: ServiceSettings,
+    services: Sequence[ServiceRegistration],
+    on_started: Callable[[], Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serves until SIGTERM or SIGINT, then shuts down gracefully."""
+    configure_logging(service, settings.log_level, settings.log_json)
+    server = await start_server(settings, services)
+    if settings.metrics_port is not None:
+        metrics_port = serve_metrics(settings.metrics_port, settings.host)
+        log.info("metrics on http://%s:%d/metrics", settings.host, metrics_port)
+    if on_started is not None:
+        await on_started()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    if settings.port_file is not None:
+        # Written last, atomically: a reader that sees the file can connect.
+        tmp = settings.port_file.with_suffix(".tmp")
+        tmp.write_text(str(server.port))
+        tmp.replace(settings.port_file)
+    log.info("%s serving on %s:%d", service, settings.host, server.port)
+    await stop.wait()
+    log.info("%s shutting down (grace %.1fs)", service, settings.grace_period_s)
+    await stop_server(server, settings.grace_period_s)
+    if on_shutdown is not None:
+        await on_shutdown()
+    log.info("%s stopped", service)

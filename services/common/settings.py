@@ -1,0 +1,35 @@
+"""Service configuration from environment variables and flags (pydantic-settings).
+
+Each service subclasses ServiceSettings with its own env prefix (PADDLERAY_SCHEDULER_, ...),
+so one environment can configure all three without collisions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every gRPC service has."""
+
+    model_config = SettingsConfigDict(env_prefix="PADDLERAY_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address the gRPC server binds to.")
+    port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    auth_token: str = Field("", description="Bearer token required of clients; empty disables auth.")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Prometheus /metrics port; unset disables it, 0 picks one."
+    )
+    log_level: str = Field("INFO", description="Python logging level.")
+    log_json: bool = Field(True, description="Log one JSON object per line.")
+    grace_period_s: float = Field(5.0, ge=0, description="Time in-flight RPCs get on shutdown.")
+    storage_root: Path = Field(
+        Path.home() / ".paddleray" / "storage",
+        description="Root of checkpoints, exported models and logs (a shared FS in a cluster).",
+    )
+    port_file: Path | None = Field(
+        None, description="When set, the bound port is written here once the server serves."
+    )

@@ -1,0 +1,34 @@
+"""Free ports and readiness polling for processes the local stack starts."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, message: str = "condition") -> T:
+    """Polls predicate until it returns a truthy value; raises TimeoutError after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
