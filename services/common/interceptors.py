@@ -17,7 +17,6 @@ from typing import Any
 
 import grpc
 from grpc import aio
-
 from paddleray.services.common import errors, metrics
 
 log = logging.getLogger(__name__)
@@ -25,8 +24,9 @@ log = logging.getLogger(__name__)
 UnaryBehavior = Callable[[Any, aio.ServicerContext], Awaitable[Any]]
 StreamBehavior = Callable[[Any, aio.ServicerContext], AsyncIterator[Any]]
 
-# Health checks come from load balancers and kubelets that carry no token.
-_PUBLIC_SERVICES = ("/grpc.health.v1.Health/",)
+# Health checks come from load balancers and kubelets that carry no token; reflection only
+# describes the public contracts (grpcurl and other languages discover them with no setup).
+_PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/", "/grpc.reflection.v1.ServerReflection/")
 
 
 def _wrap_handler(
@@ -140,23 +140,38 @@ class AuthInterceptor(aio.ServerInterceptor):
         ):
             return handler
 
-        async def reject(context: aio.ServicerContext) -> None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token in 'authorization' metadata")
+        return _rejecting_handler(handler)
 
-        def unary(_: UnaryBehavior) -> UnaryBehavior:
-            async def call(request: Any, context: aio.ServicerContext) -> Any:
-                await reject(context)
 
-            return call
+def _rejecting_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler | None:
+    """A handler of the same kind as `handler` that answers UNAUTHENTICATED."""
+    if handler is None:
+        return None
 
-        def stream(_: StreamBehavior) -> StreamBehavior:
-            async def call(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
-                await reject(context)
-                yield  # pragma: no cover - makes this an async generator
+    async def reject(context: aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token in 'authorization' metadata")
 
-            return call
+    async def unary_response(request_or_iterator: Any, context: aio.ServicerContext) -> Any:
+        await reject(context)
 
-        return _wrap_handler(handler, unary, stream)
+    async def stream_response(request_or_iterator: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+        await reject(context)
+        yield  # pragma: no cover - makes this an async generator
+
+    kinds = {
+        "unary_unary": (grpc.unary_unary_rpc_method_handler, unary_response),
+        "unary_stream": (grpc.unary_stream_rpc_method_handler, stream_response),
+        "stream_unary": (grpc.stream_unary_rpc_method_handler, unary_response),
+        "stream_stream": (grpc.stream_stream_rpc_method_handler, stream_response),
+    }
+    for kind, (build, behavior) in kinds.items():
+        if getattr(handler, kind) is not None:
+            return build(
+                behavior,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+    return None
 
 
 class MetricsInterceptor(aio.ServerInterceptor):

@@ -12,10 +12,14 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
-_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("paddleray_log_context", default={})
+# Read-only default: every log_context() builds a new mapping instead of mutating this one.
+_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "paddleray_log_context", default=MappingProxyType({})
+)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,127 @@
+"""The shared server scaffolding over real channels: health, reflection, auth, error mapping."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from paddleray.services.common import errors
+from paddleray.services.common.server import ServiceRegistration
+from paddleray.services.common.settings import ServiceSettings
+from paddleray.services.exporter.__main__ import registrations as exporter_registrations
+from paddleray.services.exporter.settings import ExporterSettings
+from paddleray.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
+from support import ServerThread
+
+pytestmark = pytest.mark.integration
+
+
+class ScriptedTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
+    """Raises whatever the test asks for, to see how the interceptors map it."""
+
+    def __init__(self) -> None:
+        self.raise_next: BaseException | None = None
+
+    async def GetRun(self, request, context):
+        if self.raise_next is not None:
+            raise self.raise_next
+        return trainer_service_pb2.GetRunResponse()
+
+    async def WatchRun(self, request, context):
+        yield trainer_service_pb2.WatchRunResponse()
+        if self.raise_next is not None:
+            raise self.raise_next
+
+
+@pytest.fixture
+def scripted():
+    servicer = ScriptedTrainer()
+    registration = ServiceRegistration(
+        "paddleray.trainer.v1.TrainerService", servicer, trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server
+    )
+    server = ServerThread(ServiceSettings(port=0, auth_token="s3cret"), [registration])
+    yield server, servicer
+    server.stop()
+
+
+def _stub(address: str, token: str | None = "s3cret"):
+    channel = grpc.insecure_channel(address)
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    return trainer_service_pb2_grpc.TrainerServiceStub(channel), metadata, channel
+
+
+def test_domain_error_maps_to_its_status_with_the_field_named(scripted):
+    server, servicer = scripted
+    stub, metadata, _ = _stub(server.address)
+    servicer.raise_next = errors.InvalidArgument("spec.num_workers", "must be between 1 and 256")
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/a"), metadata=metadata)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == "spec.num_workers: must be between 1 and 256"
+
+
+def test_unexpected_error_is_internal_without_leaking_the_traceback(scripted):
+    server, servicer = scripted
+    stub, metadata, _ = _stub(server.address)
+    servicer.raise_next = KeyError("secret-internal-detail")
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/a"), metadata=metadata)
+    assert caught.value.code() == grpc.StatusCode.INTERNAL
+    assert "secret-internal-detail" not in caught.value.details()
+    assert "Traceback" not in caught.value.details()
+    assert "incident" in caught.value.details()
+
+
+def test_errors_raised_mid_stream_are_mapped_too(scripted):
+    server, servicer = scripted
+    stub, metadata, _ = _stub(server.address)
+    servicer.raise_next = errors.NotFound("runs/a not found")
+    responses = stub.WatchRun(trainer_service_pb2.WatchRunRequest(name="runs/a"), metadata=metadata)
+    with pytest.raises(grpc.RpcError) as caught:
+        list(responses)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_auth_rejects_missing_or_wrong_token(scripted, token):
+    server, _ = scripted
+    stub, metadata, _ = _stub(server.address, token=token)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/a"), metadata=metadata)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.WatchRun(trainer_service_pb2.WatchRunRequest(name="runs/a"), metadata=metadata))
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_auth_accepts_the_right_token_and_leaves_health_open(scripted):
+    server, _ = scripted
+    stub, metadata, channel = _stub(server.address)
+    assert stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/a"), metadata=metadata) is not None
+    health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_unimplemented_rpcs_answer_unimplemented():
+    server = ServerThread(ExporterSettings(port=0), exporter_registrations(ExporterSettings(port=0)))
+    try:
+        from paddleray.exporter.v1 import exporter_service_pb2, exporter_service_pb2_grpc
+
+        stub = exporter_service_pb2_grpc.ExporterServiceStub(grpc.insecure_channel(server.address))
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetModel(exporter_service_pb2.GetModelRequest(name="models/m"))
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "GetModel" in caught.value.details()
+    finally:
+        server.stop()
+
+
+def test_reflection_describes_the_service_for_clients_that_have_no_protos(scripted):
+    server, _ = scripted
+    channel = grpc.insecure_channel(server.address)
+    database = ProtoReflectionDescriptorDatabase(channel)
+    services = set(database.get_services())
+    assert {"paddleray.trainer.v1.TrainerService", "grpc.health.v1.Health"} <= services
+    descriptor = database.FindFileContainingSymbol("paddleray.trainer.v1.TrainerService")
+    assert descriptor.package == "paddleray.trainer.v1"
