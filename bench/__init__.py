@@ -1,0 +1,1 @@
+"""paddleray benchmarks: `python -m bench <name> [--quick]` (see ../shared/BENCHMARKS.md)."""
