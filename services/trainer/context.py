@@ -1,0 +1,187 @@
+"""TrainContext: what user code gets as `ctx` on every rank, `function(config, ctx)`.
+
+It lives in the worker actor. Reports go to a sink (the executor's queue, drained by the
+trainer); checkpoints are committed here, on rank 0, straight into the shared storage root,
+so the files never travel through the driver.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy, read_checkpoint
+
+
+@dataclass(frozen=True)
+class Report:
+    """One ctx.report() call as the trainer receives it."""
+
+    rank: int
+    step: int
+    metrics: dict[str, float]
+    checkpoint: CheckpointInfo | None = None
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run keeps its files under the storage root."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, storage_root: str | os.PathLike, run_id: str) -> RunPaths:
+        return cls(Path(storage_root) / "runs" / run_id)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def staging(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+
+@dataclass
+class ContextSpec:
+    """Everything a rank needs to build its TrainContext (sent to the actor, so picklable)."""
+
+    run_name: str
+    paths: RunPaths
+    rank: int
+    world_size: int
+    local_rank: int
+    config: dict[str, Any]
+    device: str = "cpu"
+    resume_from: str | None = None
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    dataset_shards: dict[str, Any] = field(default_factory=dict)
+
+
+class TrainContext:
+    def __init__(self, spec: ContextSpec, sink: Callable[[Report], None], stop: threading.Event) -> None:
+        self._spec = spec
+        self._sink = sink
+        self._stop = stop
+        self._store = CheckpointStore(spec.paths.checkpoints)
+        resumed = self._resume_checkpoint()
+        # The step counter continues from the checkpoint a run resumes from.
+        self._step = resumed.step if resumed is not None else 0
+        self._epoch = resumed.epoch if resumed is not None else 0
+
+    @property
+    def rank(self) -> int:
+        return self._spec.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._spec.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self._spec.local_rank
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._spec.config
+
+    @property
+    def run_name(self) -> str:
+        return self._spec.run_name
+
+    @property
+    def device(self) -> str:
+        return self._spec.device
+
+    def should_stop(self) -> bool:
+        """True once a stop was asked (StopRun, timeout, early stopping): return soon after."""
+        return self._stop.is_set()
+
+    def report(self, metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None = None) -> None:
+        """Reports metrics; on rank 0 a checkpoint directory is committed atomically.
+
+        Other ranks' checkpoints are dropped: in data parallelism every rank holds the same
+        model, and one writer keeps commits free of races.
+        """
+        values = _as_floats(metrics)
+        self._step = int(values["step"]) if "step" in values else self._step + 1
+        if "epoch" in values:
+            self._epoch = int(values["epoch"])
+        committed = None
+        if checkpoint is not None:
+            source = Path(checkpoint)
+            ours = _is_within(source, self._spec.paths.staging)
+            if self.rank == 0:
+                committed = self._store.commit(
+                    source, self._step, self._epoch, values, self._spec.retention, move=ours
+                )
+            elif ours:
+                shutil.rmtree(source, ignore_errors=True)
+        self._sink(Report(self.rank, self._step, values, committed))
+
+    def make_checkpoint_dir(self) -> Path:
+        """A fresh empty directory on the storage root to save into before report(checkpoint=...)."""
+        path = self._spec.paths.staging / f"rank-{self.rank}-{uuid.uuid4().hex[:12]}"
+        path.mkdir(parents=True)
+        return path
+
+    @property
+    def latest_checkpoint(self) -> Path | None:
+        """This run's newest complete checkpoint, else the one the run resumes from."""
+        info = self._latest_info()
+        return info.path if info is not None else None
+
+    @property
+    def checkpoint_manifest(self) -> dict[str, Any] | None:
+        info = self._latest_info()
+        return info.manifest() if info is not None else None
+
+    def get_dataset_shard(self, name: str) -> Any:
+        """This rank's shard of a dataset of the run's spec, as a Ray Data DataIterator."""
+        try:
+            return self._spec.dataset_shards[name]
+        except KeyError:
+            known = ", ".join(sorted(self._spec.dataset_shards)) or "none"
+            raise KeyError(f"no dataset named {name!r} in this run (datasets: {known})") from None
+
+    def shard(self, seq: Sequence[Any]) -> Sequence[Any]:
+        """This rank's slice (rank::world_size) of an in-memory array or sequence."""
+        return seq[self.rank :: self.world_size]
+
+    def _latest_info(self) -> CheckpointInfo | None:
+        return self._store.latest() or self._resume_checkpoint()
+
+    def _resume_checkpoint(self) -> CheckpointInfo | None:
+        return read_checkpoint(self._spec.resume_from) if self._spec.resume_from else None
+
+
+def _as_floats(metrics: Mapping[str, Any]) -> dict[str, float]:
+    values = {}
+    for key, value in metrics.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"ctx.report: metric {key!r} must be a number, got {type(value).__name__}") from None
+        if not math.isfinite(number) and key in ("step", "epoch"):
+            raise ValueError(f"ctx.report: metric {key!r} must be finite, got {number}")
+        values[str(key)] = number
+    return values
+
+
+def _is_within(path: Path, parent: Path) -> bool:
+    try:
+        path.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,129 @@
+"""CheckpointStore and TrainContext on a real directory: atomic commit, retention, resume."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from paddleray.services.trainer.checkpoints import MANIFEST, CheckpointStore, RetentionPolicy, read_checkpoint
+from paddleray.services.trainer.context import ContextSpec, RunPaths, TrainContext
+
+pytestmark = pytest.mark.unit
+
+
+def _write(directory, text="weights"):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "model.pdparams").write_text(text)
+    return directory
+
+
+def test_commit_writes_manifest_and_copies_unless_moved(tmp_path):
+    store = CheckpointStore(tmp_path / "ckpt")
+    source = _write(tmp_path / "user")
+    info = store.commit(source, step=7, epoch=2, metrics={"loss": 0.5})
+    assert source.exists(), "a copy leaves the user's directory alone"
+    assert (info.path / "model.pdparams").read_text() == "weights"
+    assert read_checkpoint(info.path).manifest() == info.manifest()
+    assert (info.step, info.epoch, info.metrics) == (7, 2, {"loss": 0.5})
+    moved = store.commit(_write(tmp_path / "staged"), step=8, epoch=3, metrics={}, move=True)
+    assert not (tmp_path / "staged").exists()
+    assert store.latest() == moved
+
+
+def test_half_written_checkpoints_are_never_listed_and_are_cleaned(tmp_path):
+    store = CheckpointStore(tmp_path / "ckpt")
+    good = store.commit(_write(tmp_path / "a"), step=1, epoch=1, metrics={})
+    # A crash between the rename and the manifest, and one during the copy.
+    _write(tmp_path / "ckpt" / "step-000000099")
+    _write(tmp_path / "ckpt" / ".tmp-deadbeef")
+    assert store.latest() == good
+    assert read_checkpoint(tmp_path / "ckpt" / "step-000000099") is None
+    store.commit(_write(tmp_path / "b"), step=2, epoch=2, metrics={})
+    assert not (tmp_path / "ckpt" / "step-000000099").exists()
+    assert not (tmp_path / "ckpt" / ".tmp-deadbeef").exists()
+
+
+def test_a_manifest_copied_from_the_source_does_not_complete_early(tmp_path):
+    store = CheckpointStore(tmp_path / "ckpt")
+    source = _write(tmp_path / "old")
+    (source / MANIFEST).write_text('{"step": 999, "epoch": 999}')
+    info = store.commit(source, step=3, epoch=1, metrics={})
+    assert read_checkpoint(info.path).step == 3
+
+
+def test_keep_last_and_best_by_metric(tmp_path):
+    store = CheckpointStore(tmp_path / "ckpt")
+    policy = RetentionPolicy(keep_last=2, best_metric="acc", best_mode="max", keep_best=1)
+    for step, acc in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7), (5, 0.65)]:
+        store.commit(_write(tmp_path / f"s{step}"), step=step, epoch=step, metrics={"acc": acc}, policy=policy)
+    assert [c.step for c in store.list()] == [2, 4, 5]
+    assert store.best(policy).step == 2
+    low = RetentionPolicy(keep_last=1, best_metric="acc", best_mode="min")
+    assert store.best(low).step == 5  # among what is left, min acc
+
+
+def test_keep_last_zero_keeps_everything(tmp_path):
+    store = CheckpointStore(tmp_path / "ckpt")
+    for step in range(4):
+        store.commit(_write(tmp_path / f"s{step}"), step=step, epoch=step, metrics={}, policy=RetentionPolicy())
+    assert len(store.list()) == 4
+
+
+def test_same_step_twice_gets_two_checkpoints(tmp_path):
+    store = CheckpointStore(tmp_path / "ckpt")
+    first = store.commit(_write(tmp_path / "a", "1"), step=5, epoch=1, metrics={})
+    second = store.commit(_write(tmp_path / "b", "2"), step=5, epoch=1, metrics={})
+    assert first.path != second.path
+    assert (store.latest().path / "model.pdparams").read_text() == "2"
+
+
+def _context(tmp_path, rank=0, resume_from=None, policy=None):
+    reports = []
+    spec = ContextSpec(
+        run_name="runs/r1", paths=RunPaths.of(tmp_path, "r1"), rank=rank, world_size=2, local_rank=rank,
+        config={"lr": 0.1}, resume_from=resume_from, retention=policy or RetentionPolicy(),
+    )
+    return TrainContext(spec, reports.append, threading.Event()), reports
+
+
+def test_context_commits_rank0_checkpoints_and_counts_steps(tmp_path):
+    ctx, reports = _context(tmp_path)
+    ctx.report({"loss": 1.0})
+    directory = ctx.make_checkpoint_dir()
+    (directory / "w").write_text("x")
+    ctx.report({"loss": 0.5, "epoch": 1}, checkpoint=directory)
+    assert [r.step for r in reports] == [1, 2]
+    assert reports[1].checkpoint.epoch == 1
+    assert not directory.exists(), "a staged directory is moved, not copied"
+    assert ctx.latest_checkpoint == reports[1].checkpoint.path
+    assert ctx.checkpoint_manifest["step"] == 2
+    ctx.report({"step": 40, "loss": 0.1})
+    assert reports[-1].step == 40
+
+
+def test_context_other_ranks_do_not_commit(tmp_path):
+    ctx, reports = _context(tmp_path, rank=1)
+    directory = ctx.make_checkpoint_dir()
+    ctx.report({"epoch": 1}, checkpoint=directory)
+    assert reports[0].checkpoint is None
+    assert ctx.latest_checkpoint is None
+    assert ctx.shard(list(range(6))) == [1, 3, 5]
+
+
+def test_context_resumes_from_checkpoint_step(tmp_path):
+    other = CheckpointStore(tmp_path / "elsewhere")
+    previous = other.commit(_write(tmp_path / "p"), step=12, epoch=4, metrics={"loss": 0.2})
+    ctx, reports = _context(tmp_path, resume_from=str(previous.path))
+    assert ctx.latest_checkpoint == previous.path
+    assert ctx.checkpoint_manifest["epoch"] == 4
+    ctx.report({"epoch": 5})
+    assert reports[0].step == 13
+
+
+def test_context_rejects_non_numeric_metrics(tmp_path):
+    ctx, _ = _context(tmp_path)
+    with pytest.raises(TypeError, match="'name'"):
+        ctx.report({"name": "abc"})
+    with pytest.raises(KeyError, match="no dataset named 'train'"):
+        ctx.get_dataset_shard("train")
