@@ -1,0 +1,229 @@
+"""The training loop both digits examples share: data parallel, per-epoch checkpoints, exact resume.
+
+Same results at any world size: `batch_size` is the global batch. Each epoch shuffles the
+train rows with a permutation seeded by (seed, epoch), identical on every rank; rank r takes
+`ctx.shard(permutation)` (every world_size-th row from r) and steps through it in slices of
+batch_size / world_size, so step s of all ranks together covers exactly the rows a single
+worker would use at step s, and DataParallel's gradient average equals the single worker's
+gradient. The trailing partial global batch is dropped so that every rank takes the same
+number of steps (a rank with one extra step would wait forever in the gradient all-reduce).
+
+Exact resume: a checkpoint holds the model's and the optimizer's state and the number of
+epochs done; the permutation of an epoch depends only on (seed, epoch), so a resumed run
+repeats nothing and skips nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from paddleray.services.trainer.examples import digits_data
+from paddleray.services.trainer.examples.config import TrainConfig
+
+MODEL_FILE = "model.pdparams"
+OPTIMIZER_FILE = "optimizer.pdopt"
+STATE_FILE = "train_state.json"
+
+Batches = Callable[[int], Iterator[tuple[np.ndarray, np.ndarray]]]
+
+
+def make_optimizer(cfg: TrainConfig, parameters):
+    import paddle
+
+    decay = cfg.weight_decay or None
+    if cfg.optimizer == "adam":
+        return paddle.optimizer.Adam(learning_rate=cfg.lr, parameters=parameters, weight_decay=decay)
+    if cfg.optimizer == "momentum":
+        return paddle.optimizer.Momentum(
+            learning_rate=cfg.lr, momentum=cfg.momentum, parameters=parameters, weight_decay=decay
+        )
+    return paddle.optimizer.SGD(learning_rate=cfg.lr, parameters=parameters, weight_decay=decay)
+
+
+def save_checkpoint(directory: Path, model, optimizer, epochs_done: int, config: dict[str, Any], model_name: str) -> Path:
+    """Writes what resume and the exporter need: weights, optimizer state, epochs done, config."""
+    import paddle
+
+    paddle.save(model.state_dict(), str(directory / MODEL_FILE))
+    paddle.save(optimizer.state_dict(), str(directory / OPTIMIZER_FILE))
+    state = {"epoch": epochs_done, "model": model_name, "config": config}
+    (directory / STATE_FILE).write_text(json.dumps(state, sort_keys=True))
+    return directory
+
+
+def load_checkpoint(directory: str | Path, model, optimizer=None) -> dict[str, Any]:
+    """Restores weights (and the optimizer's state when given); returns the saved train state."""
+    import paddle
+
+    directory = Path(directory)
+    model.set_state_dict(paddle.load(str(directory / MODEL_FILE)))
+    if optimizer is not None:
+        optimizer.set_state_dict(paddle.load(str(directory / OPTIMIZER_FILE)))
+    return json.loads((directory / STATE_FILE).read_text())
+
+
+def _all_reduce_sum(values: list[float], world_size: int) -> list[float]:
+    if world_size == 1:
+        return values
+    import paddle
+    import paddle.distributed as dist
+
+    tensor = paddle.to_tensor(values, dtype="float64")
+    dist.all_reduce(tensor)
+    return tensor.numpy().tolist()
+
+
+def _stop_agreed(ctx) -> bool:
+    """Whether to stop now. With several ranks, all must agree on the same step: a rank that
+    leaves while the others enter the gradient all-reduce would leave them waiting until killed."""
+    stop = bool(ctx.should_stop())
+    if ctx.world_size == 1:
+        return stop
+    import paddle
+    import paddle.distributed as dist
+
+    flag = paddle.to_tensor([int(stop)], dtype="int32")
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def _dataset_shard(ctx, name: str):
+    """This rank's iterator of a dataset named in the spec, or None when the run has none by that name."""
+    names = getattr(ctx, "dataset_names", None)
+    if names is not None:
+        return ctx.get_dataset_shard(name) if name in names else None
+    try:
+        return ctx.get_dataset_shard(name)
+    except KeyError:
+        return None
+
+
+def _packaged_batches(ctx, x: np.ndarray, y: np.ndarray, cfg: TrainConfig, shuffle: bool) -> Batches:
+    per_rank = cfg.per_rank_batch(ctx.world_size)
+    steps = len(y) // cfg.batch_size if shuffle else None
+
+    def batches(epoch: int):
+        if shuffle:
+            order = np.random.default_rng([cfg.seed, epoch]).permutation(len(y))
+            mine = np.asarray(ctx.shard(order))
+            for step in range(steps):
+                rows = mine[step * per_rank:(step + 1) * per_rank]
+                yield x[rows], y[rows]
+        else:
+            # Evaluation: every row once, spread over the ranks; sums are reduced afterwards.
+            mine = np.asarray(ctx.shard(np.arange(len(y))))
+            for start in range(0, len(mine), per_rank):
+                rows = mine[start:start + per_rank]
+                yield x[rows], y[rows]
+
+    return batches
+
+
+def _dataset_batches(iterator, per_rank: int, drop_last: bool) -> Batches:
+    def batches(_epoch: int):
+        for batch in iterator.iter_batches(batch_size=per_rank, batch_format="numpy", drop_last=drop_last):
+            yield digits_data.decode_batch(batch)
+
+    return batches
+
+
+def data_sources(ctx, cfg: TrainConfig) -> tuple[Batches, Batches, str]:
+    """(train batches, validation batches, description): datasets given to the run, else packaged digits."""
+    per_rank = cfg.per_rank_batch(ctx.world_size)
+    packaged = digits_data.load_split(cfg.validation_fraction, cfg.seed)
+    train_shard, val_shard = _dataset_shard(ctx, "train"), _dataset_shard(ctx, "validation")
+    if train_shard is not None:
+        # streaming_split(equal=True) gives every rank as many rows; drop_last keeps the steps equal.
+        train = _dataset_batches(train_shard, per_rank, drop_last=True)
+    else:
+        train = _packaged_batches(ctx, *packaged["train"], cfg, shuffle=True)
+    if val_shard is not None:
+        validation = _dataset_batches(val_shard, per_rank, drop_last=False)
+    else:
+        validation = _packaged_batches(ctx, *packaged["validation"], cfg, shuffle=False)
+    source = f"train={'dataset' if train_shard is not None else 'packaged'} " \
+             f"validation={'dataset' if val_shard is not None else 'packaged'}"
+    return train, validation, source
+
+
+def evaluate(model, batches: Batches, input_shape: tuple[int, ...], world_size: int) -> tuple[float, float]:
+    """(mean loss, accuracy) over every rank's validation rows."""
+    import paddle
+    import paddle.nn.functional as F
+
+    model.eval()
+    loss_sum = correct = count = 0.0
+    with paddle.no_grad():
+        for x, y in batches(0):
+            if len(y) == 0:
+                continue
+            logits = model(paddle.to_tensor(x).reshape([-1, *input_shape]))
+            labels = paddle.to_tensor(y)
+            loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
+            correct += float((logits.argmax(axis=1) == labels).astype("float32").sum())
+            count += len(y)
+    model.train()
+    loss_sum, correct, count = _all_reduce_sum([loss_sum, correct, count], world_size)
+    return loss_sum / max(count, 1.0), correct / max(count, 1.0)
+
+
+def fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...], model_name: str) -> dict[str, float]:
+    """Trains build_model(config) on every rank; reports and checkpoints each epoch; returns the last metrics."""
+    import paddle
+
+    # The optimizer's saved state is keyed by parameter and accumulator names, which Paddle
+    # draws from process-wide counters: a fresh name scope gives the same names in every run,
+    # so a checkpoint loads into a process (a warm pool worker) that has built models before.
+    with paddle.utils.unique_name.guard():
+        return _fit(config, ctx, build_model, input_shape, model_name)
+
+
+def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...], model_name: str) -> dict[str, float]:
+    import paddle
+    import paddle.nn.functional as F
+
+    cfg = TrainConfig.from_dict(config)
+    paddle.seed(cfg.seed)
+    model = build_model(config)
+    optimizer = make_optimizer(cfg, model.parameters())
+    first_epoch = 0
+    if ctx.latest_checkpoint is not None:
+        first_epoch = load_checkpoint(ctx.latest_checkpoint, model, optimizer)["epoch"]
+    net = paddle.DataParallel(model) if ctx.world_size > 1 else model
+    train_batches, val_batches, source = data_sources(ctx, cfg)
+    print(f"{model_name}: rank {ctx.rank}/{ctx.world_size} epochs {first_epoch + 1}..{cfg.epochs} {source}", flush=True)
+
+    metrics: dict[str, float] = {}
+    for epoch in range(first_epoch, cfg.epochs):
+        started = time.perf_counter()
+        loss_sum = samples = 0.0
+        for x, y in train_batches(epoch):
+            if _stop_agreed(ctx):
+                return metrics
+            loss = F.cross_entropy(net(paddle.to_tensor(x).reshape([-1, *input_shape])), paddle.to_tensor(y))
+            loss.backward()
+            optimizer.step()
+            optimizer.clear_grad()
+            loss_sum += float(loss) * len(y)
+            samples += len(y)
+        elapsed = time.perf_counter() - started
+        loss_sum, samples = _all_reduce_sum([loss_sum, samples], ctx.world_size)
+        val_loss, accuracy = evaluate(model, val_batches, input_shape, ctx.world_size)
+        metrics = {
+            "epoch": float(epoch + 1),
+            "loss": loss_sum / max(samples, 1.0),
+            "val_loss": val_loss,
+            "accuracy": accuracy,
+            "samples": samples,
+            "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
+        }
+        checkpoint = None
+        if ctx.rank == 0:
+            checkpoint = save_checkpoint(ctx.make_checkpoint_dir(), model, optimizer, epoch + 1, config, model_name)
+        ctx.report(metrics, checkpoint=checkpoint)
+    return metrics
