@@ -1,1 +1,1 @@
-
+"""The `paddleray` command line."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -32,3 +34,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie child of ours (reaping it if it is)."""
+    with contextlib.suppress(ChildProcessError):
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

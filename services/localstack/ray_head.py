@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddleray.services.localstack.ports import free_port, port_open, wait_until
+from paddleray.services.localstack.ports import free_port, pid_alive, port_open, wait_until
 
 AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 
@@ -83,21 +83,8 @@ def stop_ray_head(pid: int, timeout: float = 30) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGINT)
     try:
-        wait_until(lambda: not _alive(pid), timeout=timeout, interval=0.1, message=f"ray head {pid} to stop")
+        wait_until(lambda: not pid_alive(pid), timeout=timeout, interval=0.1, message=f"ray head {pid} to stop")
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

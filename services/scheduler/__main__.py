@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from paddleray.scheduler.v1 import experiment_service_pb2, experiment_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
+from paddleray.scheduler.v1 import (
+    experiment_service_pb2,
+    experiment_service_pb2_grpc,
+    job_service_pb2,
+    job_service_pb2_grpc,
+)
 from paddleray.services.common.entry import run
 from paddleray.services.common.server import ServiceRegistration, run_service
 from paddleray.services.scheduler.settings import SchedulerSettings

@@ -1,0 +1,60 @@
+# paddleray: every developer and CI entry point. Set-up is automatic and idempotent: any target
+# that needs the virtual env creates or updates it first (only when pyproject.toml changed).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+EXTRAS := cpu,test,bench,dev
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup protos protos-check lint bench up down status clean
+
+demo: setup ## the main job: the full local demo (Redis, Ray, the three services)
+	$(BIN)/paddleray demo
+
+test: setup protos-check lint ## everything CI checks
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+setup: $(STAMP) redis-server
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	@rm -f $(VENV)/.installed-* && touch $@
+
+# The stack and the tests start redis-server processes of their own.
+.PHONY: redis-server
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "redis-server is missing: sudo apt-get install -y redis-server"; exit 1; fi; }
+
+protos: $(STAMP) ## regenerate gen/python from protos/
+	$(BIN)/python scripts/gen_protos.py
+
+protos-check: $(STAMP) ## fail when gen/python is stale
+	$(BIN)/python scripts/gen_protos.py --check
+
+lint: $(STAMP) ## ruff, buf lint, and buf breaking against main when main has protos
+	$(BIN)/ruff check services bench tests scripts
+	cd protos && ../$(BIN)/buf lint
+	@if git rev-parse --verify -q main >/dev/null && git cat-file -e main:protos/buf.yaml 2>/dev/null; then \
+	  cd protos && ../$(BIN)/buf breaking --against '../.git#branch=main,subdir=protos'; fi
+
+bench: setup ## every benchmark, quick; results in bench/results, report in bench/REPORT.md
+	$(BIN)/python -m bench all --quick
+
+up: setup ## start the local stack in the background
+	$(BIN)/paddleray up
+
+down: ## stop the local stack
+	$(BIN)/paddleray down
+
+status:
+	$(BIN)/paddleray status
+
+clean:
+	rm -rf $(VENV) .paddleray

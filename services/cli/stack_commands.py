@@ -1,0 +1,65 @@
+"""`paddleray up | down | status`: the local stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from paddleray.services.localstack import stack
+from paddleray.services.localstack.health import serving
+from paddleray.services.localstack.redis_process import redis_reachable
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+StateDir = typer.Option(stack.DEFAULT_STATE_DIR, "--state-dir", help="Where the stack keeps its state file, logs and storage.")
+
+
+def up(
+    state_dir: Path = StateDir,
+    redis_url: str = typer.Option(
+        "redis://127.0.0.1:6379/0", envvar="REDIS_URL", help="Redis to use if reachable; else a local redis-server is started."
+    ),
+    num_cpus: int = typer.Option(0, help="CPUs of the local Ray head (0: all)."),
+) -> None:
+    """Start Redis, a local Ray head and the three services in the background."""
+    with console.status("starting Redis, Ray and the services ..."):
+        state = stack.up(state_dir, redis_url=redis_url, num_cpus=num_cpus or None)
+    show(state)
+    console.print(f"state file: {stack.state_file(Path(state.state_dir))}   stop with: [bold]paddleray down[/bold]")
+
+
+def down(state_dir: Path = StateDir) -> None:
+    """Stop everything `paddleray up` started."""
+    if stack.down(state_dir):
+        console.print("stack stopped")
+    else:
+        console.print("no stack running")
+
+
+def status(state_dir: Path = StateDir) -> None:
+    """Show the stack's parts and their health."""
+    state = stack.StackState.load(state_dir)
+    if state is None:
+        console.print("no stack running (start it with: paddleray up)")
+        raise typer.Exit(1)
+    if not show(state):
+        raise typer.Exit(1)
+
+
+def show(state: stack.StackState) -> bool:
+    table = Table(title="paddleray local stack")
+    for column in ("part", "address", "health", "log"):
+        table.add_column(column)
+    healthy = True
+    redis_ok = redis_reachable(state.redis_url)
+    healthy &= redis_ok
+    table.add_row("redis", state.redis_url, "PONG" if redis_ok else "unreachable", "" if state.redis_pid is None else "own")
+    table.add_row("ray head", state.ray_address, "", str(Path(state.state_dir) / "ray.log"))
+    for process in state.services.values():
+        ok = serving(process.address)
+        healthy &= ok
+        table.add_row(process.name, process.address, "SERVING" if ok else "NOT SERVING", process.log_file)
+    console.print(table)
+    return healthy

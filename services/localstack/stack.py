@@ -1,0 +1,199 @@
+"""Starts and stops the local stack: Redis, a Ray head and the three services.
+
+`up` starts every part as a detached background process (they outlive the command), waits
+until each service reports SERVING over gRPC health, and writes one state file with every
+address, pid and log path; `down` reads it and stops exactly what `up` started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from paddleray.services.localstack.health import serving
+from paddleray.services.localstack.ports import free_port, pid_alive, wait_until
+from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead, stop_ray_head
+from paddleray.services.localstack.redis_process import INSTALL_HINT, RedisProcess, redis_reachable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR = Path(".paddleray") / "stack"
+SERVICES = ("trainer", "scheduler", "exporter")
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    address: str
+    pid: int
+    log_file: str
+
+
+@dataclass
+class StackState:
+    state_dir: str
+    redis_url: str
+    redis_pid: int | None
+    ray_address: str
+    ray_pid: int | None
+    storage_root: str
+    services: dict[str, ServiceProcess] = field(default_factory=dict)
+
+    def address(self, service: str) -> str:
+        return self.services[service].address
+
+    def save(self) -> Path:
+        path = state_file(Path(self.state_dir))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, state_dir: Path = DEFAULT_STATE_DIR) -> StackState | None:
+        path = state_file(state_dir)
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        raw["services"] = {k: ServiceProcess(**v) for k, v in raw["services"].items()}
+        return cls(**raw)
+
+
+def state_file(state_dir: Path) -> Path:
+    return state_dir / "state.json"
+
+
+def _ensure_redis_server_binary() -> None:
+    if shutil.which("redis-server"):
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        log.info("redis-server is missing; installing it with apt-get")
+        subprocess.run(["apt-get", "update", "-qq"], check=False, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True, stdout=subprocess.DEVNULL)
+        return
+    raise RuntimeError(f"redis-server is not installed and could not be installed here; run: {INSTALL_HINT}")
+
+
+def _start_redis(state_dir: Path, redis_url: str | None) -> tuple[str, int | None]:
+    if redis_url and redis_reachable(redis_url):
+        return redis_url, None
+    _ensure_redis_server_binary()
+    # Durable: the scheduler's promise that nothing accepted is lost needs an fsync'd AOF.
+    redis = RedisProcess(state_dir / "redis", durable=True).start()
+    return redis.url, redis.process.pid
+
+
+def _service_env(service: str, state: StackState, port: int, port_file: Path, auth_token: str) -> dict[str, str]:
+    prefix = f"PADDLERAY_{service.upper()}_"
+    env = {**os.environ, **AUTH_ENV, "GLOG_v": "0", "GLOG_minloglevel": "2"}
+    env.update({
+        prefix + "PORT": str(port),
+        prefix + "PORT_FILE": str(port_file),
+        prefix + "STORAGE_ROOT": state.storage_root,
+        prefix + "REDIS_URL": state.redis_url,
+        prefix + "RAY_ADDRESS": state.ray_address,
+        prefix + "AUTH_TOKEN": auth_token,
+    })
+    if service == "scheduler":
+        env[prefix + "TRAINER_ADDRESS"] = state.address("trainer")
+    return env
+
+
+def _start_service(service: str, state: StackState, auth_token: str) -> ServiceProcess:
+    state_dir = Path(state.state_dir)
+    port = free_port()
+    port_file = state_dir / f"{service}.port"
+    port_file.unlink(missing_ok=True)
+    log_file = state_dir / f"{service}.log"
+    with open(log_file, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"paddleray.services.{service}"],
+            env=_service_env(service, state, port, port_file, auth_token),
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    return ServiceProcess(service, f"127.0.0.1:{port}", process.pid, str(log_file))
+
+
+def up(
+    state_dir: Path = DEFAULT_STATE_DIR,
+    redis_url: str | None = None,
+    num_cpus: int | None = None,
+    auth_token: str = "",
+    ray_address: str | None = None,
+    timeout: float = 180,
+) -> StackState:
+    """Starts the stack in the background and returns its state once every service serves.
+
+    With ray_address, the services use that Ray cluster instead of a head of the stack's own.
+    """
+    existing = StackState.load(state_dir)
+    if existing is not None and all(serving(p.address) for p in existing.services.values()):
+        return existing
+    if existing is not None:
+        down(state_dir)
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    url, redis_pid = _start_redis(state_dir, redis_url)
+    ray_pid = None
+    if ray_address is None:
+        head = RayHead(num_cpus=num_cpus or os.cpu_count() or 2, log_file=state_dir / "ray.log").start()
+        ray_address, ray_pid = head.address, head.process.pid
+    state = StackState(
+        state_dir=str(state_dir), redis_url=url, redis_pid=redis_pid, ray_address=ray_address,
+        ray_pid=ray_pid, storage_root=str(state_dir / "storage"),
+    )
+    state.save()  # saved before the services start, so that `down` can clean up a failed `up`
+    try:
+        # The scheduler needs the trainer's address, so the trainer goes first.
+        for service in SERVICES:
+            state.services[service] = _start_service(service, state, auth_token)
+            state.save()
+        for process in state.services.values():
+            wait_until(
+                lambda p=process: _serving_or_dead(p), timeout=timeout, interval=0.2,
+                message=f"{process.name} to report SERVING (log: {process.log_file})",
+            )
+    except BaseException:
+        down(state_dir)
+        raise
+    return state
+
+
+def _serving_or_dead(process: ServiceProcess) -> bool:
+    if not pid_alive(process.pid):
+        raise RuntimeError(f"{process.name} exited during start-up; see {process.log_file}")
+    return serving(process.address)
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, grace_period_s: float = 15) -> bool:
+    """Stops everything `up` started; returns False when no stack was running."""
+    state = StackState.load(state_dir)
+    if state is None:
+        return False
+    for process in reversed(list(state.services.values())):
+        _terminate(process.pid, grace_period_s)
+    if state.ray_pid is not None:
+        stop_ray_head(state.ray_pid)
+    if state.redis_pid is not None:
+        _terminate(state.redis_pid, 10)
+    state_file(state_dir).unlink(missing_ok=True)
+    return True
+
+
+def _terminate(pid: int, grace_period_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    try:
+        wait_until(lambda: not pid_alive(pid), timeout=grace_period_s, interval=0.1, message=f"pid {pid} to exit")
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+

@@ -1,0 +1,72 @@
+"""`paddleray up` / `paddleray down`: the local stack as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import grpc
+import pytest
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from paddleray.services.localstack import stack
+from paddleray.services.localstack.health import serving
+from paddleray.services.localstack.ports import free_port, pid_alive, port_open
+from paddleray.services.localstack.redis_process import redis_reachable
+
+pytestmark = pytest.mark.e2e
+
+EXPECTED_SERVICES = {
+    "trainer": {"paddleray.trainer.v1.TrainerService"},
+    "scheduler": {"paddleray.scheduler.v1.JobService", "paddleray.scheduler.v1.ExperimentService"},
+    "exporter": {"paddleray.exporter.v1.ExporterService"},
+}
+
+
+def _paddleray(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    cli = [sys.executable, "-m", "paddleray.services.cli.main", *args]
+    return subprocess.run(cli, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_up_starts_everything_healthy_and_down_stops_exactly_it(tmp_path):
+    state_dir = tmp_path / "stack"
+    unreachable_redis = f"redis://127.0.0.1:{free_port()}/0"
+    started = _paddleray("up", "--state-dir", str(state_dir), "--num-cpus", "1", env={"REDIS_URL": unreachable_redis})
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        state = json.loads((state_dir / "state.json").read_text())
+        # No Redis at REDIS_URL: the stack started its own, and a Ray head on a port that is not Redis'.
+        assert state["redis_pid"] is not None and redis_reachable(state["redis_url"])
+        assert state["redis_url"] != unreachable_redis
+        assert not state["ray_address"].endswith(":6379") and port_open(int(state["ray_address"].rsplit(":", 1)[1]))
+        for name, expected in EXPECTED_SERVICES.items():
+            address = state["services"][name]["address"]
+            for service in expected:
+                assert serving(address, service), f"{name} does not report {service} SERVING"
+            with grpc.insecure_channel(address) as channel:
+                assert expected <= set(ProtoReflectionDescriptorDatabase(channel).get_services())
+        status = _paddleray("status", "--state-dir", str(state_dir))
+        assert status.returncode == 0 and "NOT SERVING" not in status.stdout
+    finally:
+        stopped = _paddleray("down", "--state-dir", str(state_dir))
+    assert stopped.returncode == 0, stopped.stderr
+    assert not (state_dir / "state.json").exists()
+    pids = [p["pid"] for p in state["services"].values()] + [state["ray_pid"], state["redis_pid"]]
+    assert not [pid for pid in pids if pid_alive(pid)]
+    assert not redis_reachable(state["redis_url"])
+    assert _paddleray("status", "--state-dir", str(state_dir)).returncode == 1
+
+
+def test_up_uses_a_reachable_redis_and_a_given_ray_cluster(tmp_path, redis_url, ray_head):
+    state = stack.up(tmp_path / "stack", redis_url=redis_url, ray_address=ray_head.address)
+    try:
+        assert state.redis_url == redis_url and state.redis_pid is None
+        assert state.ray_address == ray_head.address and state.ray_pid is None
+        assert all(serving(p.address) for p in state.services.values())
+        # A second `up` finds the running stack and returns it instead of starting another.
+        assert stack.up(tmp_path / "stack", redis_url=redis_url, ray_address=ray_head.address) == state
+    finally:
+        assert stack.down(tmp_path / "stack")
+    assert port_open(ray_head.port), "down must not stop a Ray cluster the stack did not start"
+    assert redis_reachable(redis_url), "down must not stop a Redis the stack did not start"
