@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+import urllib.request
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from paddleray.services.common import errors
+from paddleray.services.common.metrics import serve_metrics
 from paddleray.services.common.server import ServiceRegistration
 from paddleray.services.common.settings import ServiceSettings
 from paddleray.services.exporter.__main__ import registrations as exporter_registrations
@@ -125,3 +130,35 @@ def test_reflection_describes_the_service_for_clients_that_have_no_protos(script
     assert {"paddleray.trainer.v1.TrainerService", "grpc.health.v1.Health"} <= services
     descriptor = database.FindFileContainingSymbol("paddleray.trainer.v1.TrainerService")
     assert descriptor.package == "paddleray.trainer.v1"
+
+
+class SlowTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
+    async def GetRun(self, request, context):
+        await asyncio.sleep(1.0)
+        return trainer_service_pb2.GetRunResponse(run={"name": request.name})
+
+
+def test_shutdown_lets_in_flight_calls_finish_within_the_grace_period():
+    registration = ServiceRegistration(
+        "paddleray.trainer.v1.TrainerService", SlowTrainer(), trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server
+    )
+    server = ServerThread(ServiceSettings(port=0), [registration])
+    stub = trainer_service_pb2_grpc.TrainerServiceStub(grpc.insecure_channel(server.address))
+    in_flight = stub.GetRun.future(trainer_service_pb2.GetRunRequest(name="runs/slow"))
+    time.sleep(0.3)  # let the call reach the server before shutdown starts
+    server.stop(grace=5.0)
+    assert in_flight.result(timeout=10).run.name == "runs/slow"
+    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(server.address))
+    with pytest.raises(grpc.RpcError):
+        health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+
+
+def test_metrics_endpoint_counts_calls_by_method_and_code(scripted):
+    server, servicer = scripted
+    stub, metadata, _ = _stub(server.address)
+    servicer.raise_next = errors.NotFound("runs/zzz not found")
+    with pytest.raises(grpc.RpcError):
+        stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/zzz"), metadata=metadata)
+    port = serve_metrics(0)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'paddleray_grpc_requests_total{code="NOT_FOUND",method="/paddleray.trainer.v1.TrainerService/GetRun"}' in text
