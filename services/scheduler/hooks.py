@@ -1,0 +1,49 @@
+"""Callbacks other scheduler parts (experiments) register to hear about jobs.
+
+`on_metrics(job_name, attempt, MetricsReport)` is awaited for every metrics report the
+dispatcher persists; `on_terminal(job_name, JobState)` after a job reaches a terminal state.
+Both run in the replica that made the change, after it is durable, at most once per change
+per replica; a replica that crashes in between never calls them, so listeners must be able
+to catch up from the stored jobs (ListJobs by experiment) when they start. A listener that
+raises is logged and does not affect the job or the other listeners.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from paddleray.common.v1 import common_pb2
+
+log = logging.getLogger(__name__)
+
+MetricsListener = Callable[[str, int, common_pb2.MetricsReport], Awaitable[None]]
+TerminalListener = Callable[[str, int], Awaitable[None]]
+
+
+class JobHooks:
+    def __init__(self) -> None:
+        self._metrics: list[MetricsListener] = []
+        self._terminal: list[TerminalListener] = []
+
+    def on_metrics(self, listener: MetricsListener) -> None:
+        """Registers `async listener(job_name, attempt, report)`."""
+        self._metrics.append(listener)
+
+    def on_terminal(self, listener: TerminalListener) -> None:
+        """Registers `async listener(job_name, job_state)` (a JobState number)."""
+        self._terminal.append(listener)
+
+    async def metrics(self, job_name: str, attempt: int, report: common_pb2.MetricsReport) -> None:
+        for listener in self._metrics:
+            try:
+                await listener(job_name, attempt, report)
+            except Exception:  # noqa: BLE001 - a listener's bug must not break dispatch
+                log.exception("on_metrics listener failed for %s", job_name)
+
+    async def terminal(self, job_name: str, state: int) -> None:
+        for listener in self._terminal:
+            try:
+                await listener(job_name, state)
+            except Exception:  # noqa: BLE001
+                log.exception("on_terminal listener failed for %s", job_name)

@@ -1,0 +1,312 @@
+"""Jobs as a domain: creation, the state machine, cancellation and early stopping.
+
+Every state change goes through `JobManager.transition`: it reads the job, checks the move
+against ALLOWED, and writes it with a compare-and-set on the version it read (store.update),
+so an illegal transition cannot be written even by two replicas racing; a lost race is
+re-read and re-checked. Each change is timestamped and appends a JobStateChange event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from google.protobuf import timestamp_pb2
+from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common import errors
+from paddleray.services.scheduler import validation
+from paddleray.services.scheduler.hooks import JobHooks
+from paddleray.services.scheduler.store import TERMINAL_STATES, JobRecord, JobStore, WriteResult
+
+log = logging.getLogger(__name__)
+
+J = job_pb2.JobState
+ALLOWED: dict[int, frozenset[int]] = {
+    J.JOB_STATE_QUEUED: frozenset({J.JOB_STATE_STARTING, J.JOB_STATE_CANCELLED, J.JOB_STATE_EARLY_STOPPED}),
+    J.JOB_STATE_STARTING: frozenset({
+        J.JOB_STATE_RUNNING, J.JOB_STATE_SUCCEEDED, J.JOB_STATE_FAILED, J.JOB_STATE_RETRYING,
+        J.JOB_STATE_CANCELLED, J.JOB_STATE_TIMED_OUT, J.JOB_STATE_EARLY_STOPPED,
+    }),
+    J.JOB_STATE_RUNNING: frozenset({
+        J.JOB_STATE_SUCCEEDED, J.JOB_STATE_FAILED, J.JOB_STATE_RETRYING, J.JOB_STATE_CANCELLED,
+        J.JOB_STATE_TIMED_OUT, J.JOB_STATE_EARLY_STOPPED,
+    }),
+    J.JOB_STATE_RETRYING: frozenset({
+        J.JOB_STATE_STARTING, J.JOB_STATE_FAILED, J.JOB_STATE_CANCELLED, J.JOB_STATE_TIMED_OUT,
+        J.JOB_STATE_EARLY_STOPPED,
+    }),
+}
+# States that hold reserved cluster resources and a dispatch lease.
+ACTIVE_STATES = frozenset({J.JOB_STATE_STARTING, J.JOB_STATE_RUNNING})
+WAITING_STATES = frozenset({J.JOB_STATE_QUEUED, J.JOB_STATE_RETRYING})
+STOP_INTENTS = {"cancel": J.JOB_STATE_CANCELLED, "early_stop": J.JOB_STATE_EARLY_STOPPED,
+                "timeout": J.JOB_STATE_TIMED_OUT}
+
+
+class IllegalTransition(errors.FailedPrecondition):
+    def __init__(self, job_name: str, from_state: int, to_state: int) -> None:
+        super().__init__(f"{job_name}: cannot go from {J.Name(from_state)} to {J.Name(to_state)}")
+
+
+class LeaseLost(Exception):
+    """Another replica took the job over; this one must stop acting for it."""
+
+
+def is_terminal(state: int) -> bool:
+    return state in TERMINAL_STATES
+
+
+def job_id_from_name(name: str, field: str = "name") -> str:
+    job_id = name.removeprefix("jobs/")
+    if not name.startswith("jobs/") or not validation._ID.fullmatch(job_id):
+        raise errors.InvalidArgument(field, "must be 'jobs/{job_id}'")
+    return job_id
+
+
+def now_ts() -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+def state_event(from_state: int, to_state: int, reason: str, attempt: int) -> job_pb2.JobEvent:
+    return job_pb2.JobEvent(
+        time=now_ts(), attempt=attempt,
+        state_change=job_pb2.JobStateChange(from_state=from_state, to_state=to_state, reason=reason),
+    )
+
+
+# Takes the job as read (a copy to change in place); may raise to abandon the transition.
+Mutation = Callable[[job_pb2.Job], None]
+RunStopper = Callable[[str, str], Awaitable[None]]
+
+
+class JobManager:
+    """The job operations every entry point (servicer, dispatcher, experiments) calls."""
+
+    def __init__(self, store: JobStore, aging_s_per_priority: float = 60.0, stop_wait_s: float = 15.0) -> None:
+        self.store = store
+        self.hooks = JobHooks()
+        self.aging_s_per_priority = aging_s_per_priority
+        self.stop_wait_s = stop_wait_s
+        # Set by the dispatcher: stops a trainer run ("runs/{id}", reason).
+        self.stop_run: RunStopper | None = None
+        # Set when a job is queued so that a local dispatcher wakes at once.
+        self.queued = asyncio.Event()
+
+    # -- create -------------------------------------------------------------------------------
+
+    async def create(self, job: job_pb2.Job, job_id: str = "", request_id: str = "") -> job_pb2.Job:
+        """CreateJob: validates, then stores the job QUEUED (durable before this returns)."""
+        validation.validate_create(job, job_id, request_id)
+        return await self._create(job, job_id, request_id, experiment="", trial_parameters=None)
+
+    async def create_trial(
+        self, job: job_pb2.Job, experiment: str, trial_parameters: dict[str, str], job_id: str = "",
+        request_id: str = "",
+    ) -> job_pb2.Job:
+        """Creates a sweep trial: `job` (the trial template with its parameters merged into
+        spec.config) is validated like CreateJob, stored with Job.experiment and
+        Job.trial_parameters set, and queued like any job. A repeated request_id returns the
+        trial first created with it, so an experiment can re-issue a create after a crash."""
+        validation.validate_create(job, job_id, request_id)
+        return await self._create(job, job_id, request_id, experiment, trial_parameters)
+
+    async def _create(self, job, job_id, request_id, experiment, trial_parameters) -> job_pb2.Job:
+        stored = job_pb2.Job(
+            display_name=job.display_name, spec=job.spec, priority=job.priority, tenant=job.tenant or "default",
+            labels=job.labels, retry_policy=job.retry_policy, experiment=experiment,
+            trial_parameters=trial_parameters or {},
+        )
+        if job.HasField("timeout"):
+            stored.timeout.CopyFrom(job.timeout)
+        stored.name = f"jobs/{job_id or 'job-' + uuid.uuid4().hex[:16]}"
+        stored.state = J.JOB_STATE_QUEUED
+        stored.create_time.CopyFrom(now_ts())
+        stored.update_time.CopyFrom(stored.create_time)
+        # Lower runs first: waiting aging_s_per_priority seconds is worth one priority point,
+        # so priority orders jobs, ties go first come first served, and nothing starves.
+        score = stored.create_time.ToMilliseconds() / 1000 - stored.priority * self.aging_s_per_priority
+        event = state_event(J.JOB_STATE_UNSPECIFIED, J.JOB_STATE_QUEUED, "created", 0)
+        event.time.CopyFrom(stored.create_time)
+        status, existing = await self.store.create(stored, event, score, request_id)
+        if status == "duplicate":
+            return existing
+        if status == "exists":
+            raise errors.AlreadyExists(f"{stored.name} already exists")
+        self.queued.set()
+        return stored
+
+    # -- read ---------------------------------------------------------------------------------
+
+    async def get(self, name: str) -> job_pb2.Job:
+        return (await self.record(name)).job
+
+    async def record(self, name: str) -> JobRecord:
+        record = await self.store.get(job_id_from_name(name))
+        if record is None:
+            raise errors.NotFound(f"{name} not found")
+        return record
+
+    # -- the state machine ------------------------------------------------------------------
+
+    async def transition(
+        self, job_id: str, to_state: int, reason: str, *, mutate: Mutation | None = None, owner: str = "",
+        delay_until_ms: int | None = None, fields: dict[str, str | int] | None = None,
+        expect: frozenset[int] | None = None,
+    ) -> job_pb2.Job:
+        """Moves a job to to_state if ALLOWED from the state it is in, atomically.
+
+        `expect` narrows the states the caller accepts to start from (IllegalTransition
+        otherwise); `owner` makes the write conditional on holding the job's lease (LeaseLost).
+        Leaving STARTING/RUNNING gives back the job's reserved resources; entering a terminal
+        or waiting state takes it off the queue as needed; RETRYING waits until delay_until_ms.
+        """
+        while True:
+            record = await self.store.get(job_id)
+            if record is None:
+                raise errors.NotFound(f"jobs/{job_id} not found")
+            from_state = record.job.state
+            if to_state not in ALLOWED.get(from_state, ()) or (expect is not None and from_state not in expect):
+                raise IllegalTransition(record.job.name, from_state, to_state)
+            job = job_pb2.Job()
+            job.CopyFrom(record.job)
+            if mutate is not None:
+                mutate(job)
+            now = now_ts()
+            job.state, job.state_reason = to_state, reason
+            job.update_time.CopyFrom(now)
+            if is_terminal(to_state):
+                job.end_time.CopyFrom(now)
+                if job.attempts and not is_terminal(job.attempts[-1].state):
+                    job.attempts[-1].state = to_state
+                    job.attempts[-1].end_time.CopyFrom(now)
+            attempt = job.attempts[-1].number if job.attempts else 0
+            event = state_event(from_state, to_state, reason, attempt)
+            event.time.CopyFrom(now)
+            result = await self.store.update(
+                record, job, [event], owner=owner,
+                dequeue=from_state in WAITING_STATES and to_state not in WAITING_STATES,
+                delay_until_ms=delay_until_ms if to_state == J.JOB_STATE_RETRYING else None,
+                release=from_state in ACTIVE_STATES and to_state not in ACTIVE_STATES,
+                fields=fields,
+            )
+            if self._settled(result, job_id):
+                log.info("job %s: %s -> %s (%s)", job.name, J.Name(from_state), J.Name(to_state), reason)
+                if is_terminal(to_state):
+                    await self.hooks.terminal(job.name, to_state)
+                return job
+
+    async def update(self, record: JobRecord, job: job_pb2.Job, events=(), *, owner: str = "",
+                     fields: dict[str, str | int] | None = None) -> bool:
+        """A compare-and-set write that keeps the state; False when the job changed meanwhile."""
+        job.update_time.CopyFrom(now_ts())
+        return self._settled(await self.store.update(record, job, list(events), owner=owner, fields=fields),
+                             record.job_id)
+
+    @staticmethod
+    def _settled(result: WriteResult, job_id: str) -> bool:
+        if result.status == "lost":
+            raise LeaseLost(job_id)
+        if result.status == "missing":
+            raise errors.NotFound(f"jobs/{job_id} not found")
+        return result.ok
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    async def cancel(self, name: str, reason: str = "") -> job_pb2.Job:
+        """CancelJob: a waiting job ends CANCELLED at once; a dispatched one is stopped on the
+        trainer and ends CANCELLED when its run has stopped (waited for up to stop_wait_s)."""
+        return await self._stop(name, "cancel", reason or "cancelled by request")
+
+    async def stop_early(self, name: str, reason: str) -> job_pb2.Job:
+        """Ends a sweep trial in JOB_STATE_EARLY_STOPPED with `reason`: a waiting trial at once,
+        a running one after its trainer run has stopped (waited for up to stop_wait_s).
+        Returns the job as it then is; a job already terminal is returned unchanged."""
+        return await self._stop(name, "early_stop", reason)
+
+    async def stop_for_timeout(self, name: str, reason: str) -> job_pb2.Job:
+        return await self._stop(name, "timeout", reason)
+
+    async def _stop(self, name: str, intent: str, reason: str) -> job_pb2.Job:
+        job_id = job_id_from_name(name)
+        target = STOP_INTENTS[intent]
+        while True:
+            record = await self.record(name)
+            state = record.job.state
+            if is_terminal(state):
+                return record.job
+            if state in WAITING_STATES:
+                try:
+                    return await self.transition(job_id, target, reason, expect=WAITING_STATES)
+                except IllegalTransition:
+                    continue  # dispatched meanwhile: stop it as a running job
+            if record.stop_intent:
+                break
+            job = job_pb2.Job()
+            job.CopyFrom(record.job)
+            if await self.update(record, job, fields={"stop_intent": intent, "stop_reason": reason}):
+                break
+        # The run's owner (this or another replica) ends the job once the run has stopped; a
+        # job still STARTING is stopped by its owner as soon as its run exists.
+        record = await self.record(name)
+        run = record.job.attempts[-1].run if record.job.attempts else ""
+        if run and self.stop_run is not None:
+            await self.stop_run(run, reason)
+        return await self.wait_terminal(name, self.stop_wait_s)
+
+    async def wait_terminal(self, name: str, timeout_s: float) -> job_pb2.Job:
+        """Returns the job once terminal, or as it is after timeout_s."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for _ in self.watch(name, 0):
+                    pass
+        except TimeoutError:
+            pass
+        return await self.get(name)
+
+    # -- delete, list, watch --------------------------------------------------------------
+
+    async def delete(self, name: str) -> None:
+        status, state = await self.store.delete(job_id_from_name(name))
+        if status == "missing":
+            raise errors.NotFound(f"{name} not found")
+        if status == "not_terminal":
+            raise errors.FailedPrecondition(f"{name} is {J.Name(state)}; only terminal jobs can be deleted")
+
+    async def list(self, page_size: int, page_token: str, states, labels, experiment: str, tenant: str):
+        if not 0 <= page_size <= 1000:
+            raise errors.InvalidArgument("page_size", "must be in 0..1000 (0 means 100)")
+        for i, state in enumerate(states):
+            if state not in J.values() or state == J.JOB_STATE_UNSPECIFIED:
+                raise errors.InvalidArgument(f"states[{i}]", f"unknown job state {state}")
+        validation.validate_labels(labels, "labels")
+        if experiment and not experiment.startswith("experiments/"):
+            raise errors.InvalidArgument("experiment", "must be 'experiments/{experiment_id}'")
+        return await self.store.list_jobs(page_size or 100, page_token, set(states), dict(labels), experiment, tenant)
+
+    async def watch(self, name: str, after_sequence: int, poll_ms: int = 1000) -> AsyncIterator[job_pb2.JobEvent]:
+        """Events after after_sequence, then new ones as they happen, until the terminal one."""
+        if after_sequence < 0:
+            raise errors.InvalidArgument("after_sequence", "must be >= 0")
+        job_id = job_id_from_name(name)
+        record = await self.record(name)
+        first = await self.store.first_sequence(job_id)
+        if after_sequence and first and after_sequence + 1 < first:
+            raise errors.OutOfRange(
+                f"after_sequence {after_sequence} is older than the kept history (oldest kept: {first})"
+            )
+        last = after_sequence
+        if after_sequence >= record.seq and is_terminal(record.job.state):
+            return
+        while True:
+            events = await self.store.events_after(job_id, last, block_ms=poll_ms)
+            for event in events:
+                last = event.sequence
+                yield event
+                if event.WhichOneof("payload") == "state_change" and is_terminal(event.state_change.to_state):
+                    return
+            if not events and await self.store.get(job_id) is None:
+                return  # deleted while watched

@@ -1,0 +1,172 @@
+"""JobManager and JobStore against a real Redis: create, idempotency, the state machine,
+listing, deletion and events, asserting on the keys each call writes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common import errors
+from paddleray.services.scheduler import keys
+from paddleray.services.scheduler.jobs import IllegalTransition
+from support_scheduler import make_job
+
+pytestmark = pytest.mark.unit
+J = job_pb2.JobState
+
+
+async def test_create_writes_record_indexes_queue_and_first_event(manager, raw_redis):
+    job = await manager.create(make_job(labels={"team": "vision"}), job_id="alpha")
+    assert job.name == "jobs/alpha" and job.state == J.JOB_STATE_QUEUED and job.tenant == "default"
+    fields = await raw_redis.hgetall(keys.job("alpha"))
+    assert fields[b"state"] == str(J.JOB_STATE_QUEUED).encode() and fields[b"cpu_m"] == b"1000"
+    assert job_pb2.Job.FromString(fields[b"proto"]) == job
+    assert await raw_redis.zscore(keys.queue(), "alpha") is not None
+    assert await raw_redis.sismember(keys.state_set(J.JOB_STATE_QUEUED), "alpha")
+    assert await raw_redis.zcard(keys.by_time()) == 1 and await raw_redis.zcard(keys.by_tenant("default")) == 1
+    events = [e async for e in _take(manager.watch("jobs/alpha", 0), 1)]
+    assert events[0].sequence == 1 and events[0].state_change.to_state == J.JOB_STATE_QUEUED
+
+
+async def test_request_id_makes_create_idempotent(manager, raw_redis):
+    first = await manager.create(make_job(), request_id="req-1")
+    again = await manager.create(make_job(priority=5), request_id="req-1")
+    assert again == first
+    assert await raw_redis.zcard(keys.by_time()) == 1
+    assert 0 < await raw_redis.ttl(keys.request("req-1")) <= 24 * 3600
+
+
+async def test_concurrent_creates_with_one_request_id_yield_one_job(manager, raw_redis):
+    jobs = await asyncio.gather(*(manager.create(make_job(), request_id="same") for _ in range(20)))
+    assert len({j.name for j in jobs}) == 1
+    assert await raw_redis.zcard(keys.queue()) == 1
+
+
+async def test_taken_job_id_is_already_exists(manager):
+    await manager.create(make_job(), job_id="taken")
+    with pytest.raises(errors.AlreadyExists):
+        await manager.create(make_job(), job_id="taken")
+
+
+async def test_illegal_transitions_are_refused_and_legal_ones_timestamped(manager, raw_redis):
+    await manager.create(make_job(), job_id="sm")
+    with pytest.raises(IllegalTransition):
+        await manager.transition("sm", J.JOB_STATE_SUCCEEDED, "skip ahead")
+    done = await manager.transition("sm", J.JOB_STATE_CANCELLED, "user")
+    assert done.end_time.seconds > 0 and done.state_reason == "user"
+    assert await raw_redis.zscore(keys.queue(), "sm") is None
+    assert not await raw_redis.sismember(keys.state_set(J.JOB_STATE_QUEUED), "sm")
+    assert await raw_redis.sismember(keys.state_set(J.JOB_STATE_CANCELLED), "sm")
+    for target in (J.JOB_STATE_QUEUED, J.JOB_STATE_STARTING, J.JOB_STATE_RUNNING, J.JOB_STATE_FAILED):
+        with pytest.raises(IllegalTransition):
+            await manager.transition("sm", target, "after the end")
+
+
+async def test_racing_transitions_only_one_wins(manager):
+    await manager.create(make_job(), job_id="race")
+    results = await asyncio.gather(
+        manager.transition("race", J.JOB_STATE_CANCELLED, "a"),
+        manager.transition("race", J.JOB_STATE_EARLY_STOPPED, "b"),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, job_pb2.Job) for r in results) == 1
+    assert sum(isinstance(r, IllegalTransition) for r in results) == 1
+    events = [e async for e in manager.watch("jobs/race", 0)]
+    assert [e.sequence for e in events] == [1, 2]
+
+
+async def test_cancel_queued_is_immediate_and_terminal_fires_hook(manager):
+    seen = []
+
+    async def on_terminal(name, state):
+        seen.append((name, state))
+
+    manager.hooks.on_terminal(on_terminal)
+    await manager.create(make_job(), job_id="c1")
+    job = await manager.cancel("jobs/c1", "no longer needed")
+    assert job.state == J.JOB_STATE_CANCELLED and job.state_reason == "no longer needed"
+    assert seen == [("jobs/c1", J.JOB_STATE_CANCELLED)]
+    assert (await manager.cancel("jobs/c1")).state == J.JOB_STATE_CANCELLED  # unchanged
+
+
+async def test_stop_early_of_a_queued_trial(manager):
+    trial = await manager.create_trial(make_job(), "experiments/e1", {"lr": "0.1"}, job_id="t1")
+    assert trial.experiment == "experiments/e1" and trial.trial_parameters == {"lr": "0.1"}
+    job = await manager.stop_early("jobs/t1", "asha rung 1")
+    assert job.state == J.JOB_STATE_EARLY_STOPPED and job.state_reason == "asha rung 1"
+
+
+async def test_delete_only_terminal_jobs_and_all_their_keys(manager, raw_redis):
+    await manager.create(make_job(tenant="team-a"), job_id="d1")
+    with pytest.raises(errors.FailedPrecondition):
+        await manager.delete("jobs/d1")
+    await manager.cancel("jobs/d1")
+    await manager.delete("jobs/d1")
+    assert not await raw_redis.exists(keys.job("d1"), keys.events("d1"))
+    assert await raw_redis.zcard(keys.by_time()) == 0 and await raw_redis.zcard(keys.by_tenant("team-a")) == 0
+    assert await raw_redis.scard(keys.state_set(J.JOB_STATE_CANCELLED)) == 0
+    with pytest.raises(errors.NotFound):
+        await manager.delete("jobs/d1")
+
+
+async def test_list_filters(manager):
+    await manager.create(make_job(tenant="a", labels={"k": "x"}), job_id="j1")
+    await manager.create(make_job(tenant="b", labels={"k": "y"}), job_id="j2")
+    await manager.create_trial(make_job(tenant="a"), "experiments/e", {}, job_id="j3")
+    await manager.cancel("jobs/j2")
+
+    async def names(**kw):
+        args = {"page_size": 0, "page_token": "", "states": [], "labels": {}, "experiment": "", "tenant": ""} | kw
+        jobs, _ = await manager.list(**args)
+        return [j.name for j in jobs]
+
+    assert await names() == ["jobs/j3", "jobs/j2", "jobs/j1"]
+    assert await names(tenant="a") == ["jobs/j3", "jobs/j1"]
+    assert await names(labels={"k": "y"}) == ["jobs/j2"]
+    assert await names(states=[J.JOB_STATE_CANCELLED]) == ["jobs/j2"]
+    assert await names(experiment="experiments/e") == ["jobs/j3"]
+    with pytest.raises(errors.InvalidArgument, match="page_token"):
+        await names(page_token="garbage")
+    with pytest.raises(errors.InvalidArgument, match="page_size"):
+        await names(page_size=1001)
+
+
+async def test_pagination_is_stable_while_jobs_are_created(manager):
+    for i in range(25):
+        await manager.create(make_job(), job_id=f"p{i:02d}")
+    seen, token = [], ""
+    while True:
+        page, token = await manager.list(7, token, [], {}, "", "")
+        seen += [j.name for j in page]
+        # Jobs created between pages are newer than every page so far: they must not shift pages.
+        await manager.create(make_job())
+        if not token:
+            break
+    assert seen == [f"jobs/p{i:02d}" for i in reversed(range(25))]
+
+
+async def test_watch_resumes_by_sequence_and_out_of_range_when_trimmed(manager):
+    await manager.create(make_job(max_retries=0), job_id="w")
+    await manager.transition("w", J.JOB_STATE_CANCELLED, "done")
+    events = [e async for e in manager.watch("jobs/w", 1)]
+    assert [e.sequence for e in events] == [2]
+    assert events[0].state_change.to_state == J.JOB_STATE_CANCELLED
+    # The fixture caps streams at 50 events: flood a job with metrics events to trim it.
+    await manager.create(make_job(), job_id="long")
+    for _ in range(60):
+        record = await manager.store.get("long")
+        event = job_pb2.JobEvent(metrics={"step": 1})
+        assert await manager.update(record, record.job, [event])
+    with pytest.raises(errors.OutOfRange):
+        async for _ in manager.watch("jobs/long", 2):
+            pass
+
+
+async def _take(stream, n):
+    count = 0
+    async for item in stream:
+        yield item
+        count += 1
+        if count == n:
+            return
