@@ -6,6 +6,7 @@ import os
 
 import pytest
 import redis
+
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead
 from paddleray.services.localstack.redis_process import RedisProcess
 

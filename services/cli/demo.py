@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
+
 from paddleray.services.cli.stack_commands import StateDir, show
 from paddleray.services.localstack import stack
-from rich.console import Console
 
 console = Console()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from paddleray.services.cli import demo, stack_commands
 
 app = typer.Typer(help="paddleray: PaddlePaddle training on Ray, behind gRPC services.", no_args_is_help=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.redis_process import redis_reachable
-from rich.console import Console
-from rich.table import Table
 
 console = Console()
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 from grpc import aio
+
 from paddleray.services.common import errors, metrics
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from typing import Any
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
 from paddleray.services.common.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
 from paddleray.services.common.logs import configure_logging
 from paddleray.services.common.metrics import serve_metrics

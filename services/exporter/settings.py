@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from paddleray.services.common.settings import ServiceSettings
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
+
+from paddleray.services.common.settings import ServiceSettings
 
 
 class ExporterSettings(ServiceSettings):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
 from paddleray.services.localstack.ports import free_port, wait_until
 
 INSTALL_HINT = "apt-get install -y redis-server   (or: make setup, which installs it)"

@@ -10,6 +10,7 @@ import sys
 import grpc
 import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import free_port, pid_alive, port_open

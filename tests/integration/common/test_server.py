@@ -10,6 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
 from paddleray.services.common import errors
 from paddleray.services.common.metrics import serve_metrics
 from paddleray.services.common.server import ServiceRegistration
