@@ -70,3 +70,70 @@ def tenant_usage(tenant: str) -> str:
 def job_prefix() -> str:
     """For Lua scripts that reach a job through a request key (the job id is read, not known)."""
     return f"{PREFIX}job:"
+
+
+# -- Experiments (sweeps): experiments.py, experiment_store.py, asha.py -----------------------
+
+
+def experiment(experiment_id: str) -> str:
+    """Hash: the serialized Experiment plus its changing fields (see experiment_store.py)."""
+    return f"{PREFIX}exp:{experiment_id}"
+
+
+def experiment_prefix() -> str:
+    """For Lua scripts that reach an experiment through a request key."""
+    return f"{PREFIX}exp:"
+
+
+def experiment_plan(experiment_id: str) -> str:
+    """Hash: trial index -> the trial's parameters as JSON; written once, at creation."""
+    return f"{PREFIX}exp-plan:{experiment_id}"
+
+
+def experiment_trials(experiment_id: str) -> str:
+    """Hash: trial index -> trial job id, once the trial's job exists."""
+    return f"{PREFIX}exp-trials:{experiment_id}"
+
+
+def experiment_active(experiment_id: str) -> str:
+    """Set of trial indexes handed out and not yet seen terminal (max_concurrent_trials)."""
+    return f"{PREFIX}exp-active:{experiment_id}"
+
+
+def experiment_best(experiment_id: str) -> str:
+    """Hash: trial index -> the trial's best sign * metric (larger is better)."""
+    return f"{PREFIX}exp-best:{experiment_id}"
+
+
+def asha_rungs(experiment_id: str) -> str:
+    """Hash: "milestone|trial index" -> sign * metric recorded at that ASHA rung."""
+    return f"{PREFIX}exp-asha-rungs:{experiment_id}"
+
+
+def asha_stopped(experiment_id: str) -> str:
+    """Hash: trial index -> reason ASHA stopped it (decisions are kept so replays agree)."""
+    return f"{PREFIX}exp-asha-stopped:{experiment_id}"
+
+
+def experiment_request(request_id: str) -> str:
+    """String: experiment id created by this CreateExperiment request_id (expires after 24 hours)."""
+    return f"{PREFIX}exp-request:{request_id}"
+
+
+def experiments_by_time() -> str:
+    """Sorted set (all scores 0) of "<create_ms>:<experiment_id>": the ListExperiments order."""
+    return f"{PREFIX}index:experiments"
+
+
+def experiment_state_prefix() -> str:
+    return f"{PREFIX}exp-state:"
+
+
+def experiment_state_set(state: int) -> str:
+    """Set of experiment ids in one ExperimentState (by number)."""
+    return f"{experiment_state_prefix()}{state}"
+
+
+def trial_owner() -> str:
+    """Hash: trial job id -> "experiment_id/index", written when the index is handed out."""
+    return f"{PREFIX}trial-owner"
