@@ -16,3 +16,11 @@ class TrainerSettings(ServiceSettings):
         default_factory=lambda: ["paddleray.services.trainer.examples"],
         description="Module prefixes whose functions runs may call.",
     )
+    pool_max_idle_groups: int = Field(4, ge=0, description="Warm worker groups kept between runs; 0 disables the pool.")
+    pool_idle_ttl_s: float = Field(300.0, gt=0, description="Idle warm groups are released after this long.")
+    stop_grace_s: float = Field(
+        10.0, ge=0, description="Time ranks get to return after a stop (StopRun default, timeouts) before they are killed."
+    )
+    collective_init_timeout_s: float = Field(120.0, gt=0, description="Time the ranks get to join Paddle's collective group.")
+    poll_timeout_s: float = Field(1.0, gt=0, description="Long-poll wait for reports from a rank.")
+    log_follow_interval_s: float = Field(0.2, gt=0, description="How often GetRunLogs(follow) looks for new lines.")

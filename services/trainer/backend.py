@@ -1,0 +1,135 @@
+"""PaddleBackend: Paddle's collective environment across the worker actors of one run.
+
+In the spirit of Ray Train's backends: a small config dataclass plus on_start/on_shutdown
+hooks that the worker group calls. The arithmetic (endpoints, per-rank env, GPU device and
+memory caps) is in pure functions so the GPU path is checked without a GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paddleray.services.common import errors
+
+# Paddle's process group times out collectives after PADDLE_PG_TIMEOUT ms (30 min by
+# default); dead ranks are detected by the trainer long before, so this is only a backstop.
+_PG_TIMEOUT_MS = 30 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class PaddleBackendConfig:
+    """gloo on CPU, NCCL when the workers have GPUs."""
+
+    use_gpu: bool = False
+    # Time every rank gets to join the collective group (the first gloo rendezvous takes ~4 s).
+    init_timeout_s: float = 120.0
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.use_gpu else "gloo"
+
+    @property
+    def device(self) -> str:
+        """Paddle's device in each worker: Ray shows a worker only its own GPUs, the first as 0."""
+        return "gpu:0" if self.use_gpu else "cpu"
+
+
+def validate_gpu_request(num_gpus: float, num_workers: int) -> None:
+    """Fractions of a GPU only for single-worker runs: ranks sharing a card break NCCL."""
+    field = "spec.resources_per_worker.num_gpus"
+    if not math.isfinite(num_gpus) or num_gpus < 0:
+        raise errors.InvalidArgument(field, "must be a finite number >= 0")
+    if num_gpus == 0 or num_gpus == int(num_gpus):
+        return
+    if num_gpus > 1:
+        raise errors.InvalidArgument(field, "must be a whole number when above 1")
+    if num_workers > 1:
+        raise errors.InvalidArgument(
+            field, "a fraction of a GPU is allowed only with num_workers = 1 (ranks sharing a GPU break NCCL)"
+        )
+
+
+def collective_env(rank: int, endpoints: Sequence[str], config: PaddleBackendConfig) -> dict[str, str]:
+    """The env Paddle's init_parallel_env reads on one rank; endpoints are host:port, by rank."""
+    env = {
+        "PADDLE_TRAINER_ID": str(rank),
+        "PADDLE_TRAINERS_NUM": str(len(endpoints)),
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(endpoints),
+        "PADDLE_CURRENT_ENDPOINT": endpoints[rank],
+        "PADDLE_MASTER": endpoints[0],
+        "PADDLE_DISTRI_BACKEND": config.backend,
+        "PADDLE_PG_TIMEOUT": str(_PG_TIMEOUT_MS),
+    }
+    if config.use_gpu:
+        # Ray narrows CUDA_VISIBLE_DEVICES to the worker's GPUs, so its first GPU is device 0.
+        env["FLAGS_selected_gpus"] = "0"
+    return env
+
+
+def gpu_process_env(num_gpus: float, ray_gpu_ids: Sequence[Any], total_memory_mb: int | None) -> dict[str, str]:
+    """Env a GPU worker needs before Paddle is imported in it.
+
+    Each worker sees only Ray's assignment (as device 0). A fraction of a GPU is enforced
+    with Paddle's own allocator flags, since Ray only counts fractions and does not cap memory:
+    FLAGS_gpu_memory_limit_mb is a hard limit per process; FLAGS_fraction_of_gpu_memory_to_use
+    sizes the first chunk, so a process never grabs more than its share up front.
+    """
+    if num_gpus <= 0:
+        return {}
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in ray_gpu_ids), "FLAGS_selected_gpus": "0"}
+    if num_gpus < 1:
+        env["FLAGS_fraction_of_gpu_memory_to_use"] = f"{num_gpus:.4f}"
+        if total_memory_mb:
+            env["FLAGS_gpu_memory_limit_mb"] = str(gpu_memory_limit_mb(num_gpus, total_memory_mb))
+    return env
+
+
+def gpu_memory_limit_mb(num_gpus: float, total_memory_mb: int) -> int:
+    return int(math.floor(total_memory_mb * num_gpus))
+
+
+def probe_gpu_memory_mb(device: str = "0", run: Callable[..., Any] = subprocess.run) -> int | None:
+    """Total memory of a (physical) GPU in MiB from nvidia-smi, or None when it is not there."""
+    if run is subprocess.run and shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = run(
+            ["nvidia-smi", f"--id={device}", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+        return int(out.strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+class PaddleBackend:
+    """on_start joins every rank to one collective group; on_shutdown leaves it in place.
+
+    Paddle cannot re-join a group after destroying it, so a group that is kept warm stays
+    initialized; one that is not is ended by killing its processes.
+    """
+
+    def __init__(self, config: PaddleBackendConfig) -> None:
+        self.config = config
+
+    async def on_start(self, workers: Sequence[Any]) -> None:
+        """workers: the actor handles by rank (each a worker.WorkerActor)."""
+        if len(workers) < 2:
+            await asyncio.gather(*(w.set_device.remote(self.config.device) for w in workers))
+            return
+        # A free port found on each worker's own node, not on the driver's.
+        endpoints = await asyncio.gather(*(w.reserve_endpoint.remote() for w in workers))
+        joins = [
+            w.join_collective.remote(collective_env(rank, endpoints, self.config), self.config.device)
+            for rank, w in enumerate(workers)
+        ]
+        await asyncio.wait_for(asyncio.gather(*joins), timeout=self.config.init_timeout_s)
+
+    async def on_shutdown(self, workers: Sequence[Any]) -> None:
+        """Nothing to undo in the processes: see the class docstring."""

@@ -1,0 +1,115 @@
+"""Trainer domain records <-> trainer.v1 protos (the servicer's only translation layer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import duration_pb2, json_format, timestamp_pb2
+
+from paddleray.common.v1 import common_pb2
+from paddleray.services.trainer import runs
+from paddleray.services.trainer.logs import LogLine
+from paddleray.services.trainer.trainer import ClusterResources, Resources
+from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
+
+_STREAMS = {"stdout": common_pb2.LOG_STREAM_STDOUT, "stderr": common_pb2.LOG_STREAM_STDERR}
+
+
+def state_to_proto(state: str) -> int:
+    return run_pb2.RunState.Value(f"RUN_STATE_{state}")
+
+
+def state_from_proto(value: int) -> str:
+    return run_pb2.RunState.Name(value).removeprefix("RUN_STATE_")
+
+
+def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def duration_seconds(duration: duration_pb2.Duration) -> float:
+    return duration.seconds + duration.nanos / 1e9
+
+
+def checkpoint(data: dict[str, Any]) -> common_pb2.Checkpoint:
+    return common_pb2.Checkpoint(
+        uri=data["path"], step=data["step"], epoch=data["epoch"], metrics=data["metrics"],
+        create_time=timestamp(data["create_time"]),
+    )
+
+
+def run(record: runs.RunRecord) -> run_pb2.Run:
+    message = run_pb2.Run(
+        name=record.name,
+        spec=record.training_spec(),
+        job=record.job,
+        state=state_to_proto(record.state),
+        state_reason=record.state_reason,
+        labels=record.labels,
+        create_time=timestamp(record.create_time),
+        workers=[
+            run_pb2.Worker(
+                rank=rank, local_rank=w["local_rank"], node_id=w["node_id"], gpu_ids=w["gpu_ids"], warm=w["warm"]
+            )
+            for rank, w in enumerate(record.workers)
+        ],
+    )
+    if record.timeout_s is not None:
+        message.timeout.FromNanoseconds(int(record.timeout_s * 1e9))
+    if record.resume_from is not None:
+        json_format.ParseDict(record.resume_from, message.resume_from)
+    if record.latest_metrics is not None:
+        message.latest_metrics.CopyFrom(metrics_report(record.latest_metrics))
+    if record.latest_checkpoint is not None:
+        message.latest_checkpoint.CopyFrom(checkpoint(record.latest_checkpoint))
+    if record.best_checkpoint is not None:
+        message.best_checkpoint.CopyFrom(checkpoint(record.best_checkpoint))
+    if record.start_time is not None:
+        message.start_time.CopyFrom(timestamp(record.start_time))
+    if record.end_time is not None:
+        message.end_time.CopyFrom(timestamp(record.end_time))
+    return message
+
+
+def metrics_report(data: dict[str, Any]) -> common_pb2.MetricsReport:
+    return common_pb2.MetricsReport(step=data["step"], metrics=data["metrics"])
+
+
+def event(e: runs.RunEvent) -> run_pb2.RunEvent:
+    message = run_pb2.RunEvent(sequence=e.sequence, time=timestamp(e.time))
+    if e.kind == "state":
+        message.state_change.CopyFrom(
+            run_pb2.RunStateChange(
+                from_state=state_to_proto(e.data["from"]), to_state=state_to_proto(e.data["to"]), reason=e.data["reason"]
+            )
+        )
+    elif e.kind == "metrics":
+        message.metrics.CopyFrom(metrics_report(e.data))
+    else:
+        message.checkpoint.CopyFrom(checkpoint(e.data))
+    return message
+
+
+def log_line(line: LogLine) -> common_pb2.LogLine:
+    return common_pb2.LogLine(rank=line.rank, stream=_STREAMS[line.stream], text=line.text, time=timestamp(line.time))
+
+
+def resources(amounts: Resources) -> run_pb2.ResourceAmounts:
+    return run_pb2.ResourceAmounts(
+        num_cpus=amounts.num_cpus, num_gpus=amounts.num_gpus, memory_bytes=amounts.memory_bytes, custom=amounts.custom
+    )
+
+
+def cluster(resources_: ClusterResources) -> trainer_service_pb2.GetClusterResourcesResponse:
+    return trainer_service_pb2.GetClusterResourcesResponse(
+        total=resources(resources_.total),
+        available=resources(resources_.available),
+        nodes=[
+            run_pb2.NodeResources(
+                node_id=n.node_id, address=n.address, total=resources(n.total), available=resources(n.available)
+            )
+            for n in resources_.nodes
+        ],
+    )

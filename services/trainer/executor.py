@@ -1,0 +1,226 @@
+"""RunExecutor: drives one run from PENDING to its end on a worker group.
+
+It owns the run's lifecycle and tells two kinds of failure apart, as Ray Train's executor
+does: user code that raised (FAILED with the rank and the traceback's summary) and a worker
+that died (actor crash, OOM kill, node loss: FAILED with the rank and Ray's cause). Either
+way the whole group is killed at once, so no other rank waits in a collective. A stop
+(StopRun or the timeout) asks every rank to stop through ctx.should_stop() and kills the
+group when the grace period ends first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import ray
+
+from paddleray.services.trainer import metrics, runs
+from paddleray.services.trainer.backend import PaddleBackendConfig
+from paddleray.services.trainer.checkpoints import CheckpointStore
+from paddleray.services.trainer.context import ContextSpec, Report, RunPaths
+from paddleray.services.trainer.pool import WorkerPool
+from paddleray.services.trainer.spec import RunSpec
+from paddleray.services.trainer.worker import Outcome
+from paddleray.services.trainer.worker_group import WorkerGroup
+
+log = logging.getLogger(__name__)
+
+_CAUSE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    state: str  # runs.STOPPED or runs.TIMED_OUT
+    reason: str
+    grace_s: float
+
+
+class RunExecutor:
+    def __init__(
+        self,
+        run_id: str,
+        spec: RunSpec,
+        registry: runs.RunRegistry,
+        pool: WorkerPool,
+        storage_root: Path,
+        poll_timeout_s: float = 1.0,
+        timeout_grace_s: float = 10.0,
+    ) -> None:
+        self.run_id = run_id
+        self.spec = spec
+        self._registry = registry
+        self._pool = pool
+        self._paths = RunPaths.of(storage_root, run_id)
+        self._poll_timeout_s = poll_timeout_s
+        self._timeout_grace_s = timeout_grace_s
+        self._stop: StopRequest | None = None
+        self._stop_asked = asyncio.Event()
+        self._storage_root = Path(storage_root)
+        self._last_report: float | None = None
+        self._reported_throughput = False
+
+    def request_stop(self, state: str, reason: str, grace_s: float) -> None:
+        if self._stop is None:
+            self._stop = StopRequest(state, reason, grace_s)
+            self._registry.transition(self.run_id, runs.STOPPING, reason)
+            self._stop_asked.set()
+
+    async def run(self) -> None:
+        created = time.monotonic()
+        timer = None
+        if self.spec.timeout_s is not None:
+            timer = asyncio.get_running_loop().call_later(
+                self.spec.timeout_s,
+                lambda: self.request_stop(
+                    runs.TIMED_OUT, f"ran past its timeout of {self.spec.timeout_s:g}s", self._timeout_grace_s
+                ),
+            )
+        group: WorkerGroup | None = None
+        reusable = False
+        try:
+            group, warm = await self._acquire()
+            if group is None:
+                return self._end(runs.STOPPED, "before its workers started")
+            self._registry.transition(self.run_id, runs.STARTING, "worker group placed")
+            self._registry.set_workers(self.run_id, [{**w, "warm": warm} for w in group.workers])
+            await self._start_ranks(group)
+            self._registry.transition(self.run_id, runs.RUNNING, "user code started on every rank")
+            metrics.TIME_TO_FIRST_LINE.labels(warm=str(warm).lower()).observe(time.monotonic() - created)
+            state, reason, reusable = await self._supervise(group)
+            self._end(state, reason)
+        except Exception as exc:  # noqa: BLE001 - the run fails with the cause; the service stays up
+            log.exception("run %s failed in the trainer", self.run_id)
+            self._end(runs.FAILED, f"trainer error: {type(exc).__name__}: {exc}"[:_CAUSE_CHARS])
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if group is not None:
+                self._pool.release(group, reusable)
+            if self._reported_throughput:
+                metrics.SAMPLES_PER_SECOND.remove(self.run_id)
+            shutil.rmtree(self._paths.staging, ignore_errors=True)
+
+    def _end(self, state: str, reason: str) -> None:
+        """Moves the run to its terminal state; a stop that was asked decides the state."""
+        if self._stop is not None:
+            state, reason = self._stop.state, f"{self._stop.reason}{reason and '; ' + reason}"
+        self._registry.transition(self.run_id, state, reason)
+
+    async def _acquire(self) -> tuple[WorkerGroup | None, bool]:
+        """The worker group, or None when a stop came first."""
+
+        def placed() -> None:
+            self._registry.transition(self.run_id, runs.STARTING, "placement group ready; starting workers")
+
+        acquiring = asyncio.ensure_future(self._pool.acquire(self.spec.group, on_placed=placed))
+        stopped = asyncio.ensure_future(self._stop_asked.wait())
+        await asyncio.wait({acquiring, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if acquiring.done():
+            return acquiring.result()
+        acquiring.cancel()
+        with contextlib.suppress(BaseException):
+            await acquiring
+        return None, False
+
+    async def _start_ranks(self, group: WorkerGroup) -> None:
+        shards: list[dict] = [{} for _ in group.actors]
+        if self.spec.datasets:
+            from paddleray.services.trainer.datasets import open_dataset_shards
+
+            shards = await asyncio.to_thread(
+                open_dataset_shards, list(self.spec.datasets), len(group.actors), self._storage_root
+            )
+        base = ContextSpec(
+            run_name=f"runs/{self.run_id}",
+            paths=self._paths,
+            rank=0,
+            world_size=len(group.actors),
+            local_rank=0,
+            config=self.spec.config,
+            device=PaddleBackendConfig(use_gpu=self.spec.group.resources.num_gpus > 0).device,
+            resume_from=self.spec.resume_from,
+            retention=self.spec.retention,
+        )
+        await asyncio.gather(
+            *(
+                actor.start.remote(
+                    self.spec.entrypoint,
+                    replace(base, rank=rank, local_rank=group.workers[rank]["local_rank"], dataset_shards=shards[rank]),
+                )
+                for rank, actor in enumerate(group.actors)
+            )
+        )
+
+    async def _supervise(self, group: WorkerGroup) -> tuple[str, str, bool]:
+        """Waits for every rank; returns (state, reason, whether the group may be reused)."""
+        followers = {asyncio.ensure_future(self._follow(actor)): rank for rank, actor in enumerate(group.actors)}
+        timer = asyncio.ensure_future(self._stop_asked.wait())
+        stopping, failure = False, ""
+        try:
+            while followers:
+                done, _ = await asyncio.wait({*followers, timer}, return_when=asyncio.FIRST_COMPLETED)
+                for task in done & followers.keys():
+                    failure = _failure(followers.pop(task), task)
+                    if failure:
+                        group.kill()
+                        return runs.FAILED, failure, False
+                if timer in done and followers:
+                    if stopping:
+                        group.kill()
+                        return runs.STOPPED, f"killed after the {self._stop.grace_s:g}s grace period", False
+                    stopping = True
+                    for actor in group.actors:
+                        actor.request_stop.remote()
+                    timer = asyncio.ensure_future(asyncio.sleep(self._stop.grace_s))
+            return runs.SUCCEEDED, "", True
+        finally:
+            for task in [*followers, timer]:
+                task.cancel()
+
+    async def _follow(self, actor) -> Outcome:
+        while True:
+            poll = await actor.next_reports.remote(self._poll_timeout_s)
+            for report in poll.reports:
+                self._on_report(report)
+            if poll.outcome is not None:
+                return poll.outcome
+
+    def _on_report(self, report: Report) -> None:
+        if report.rank != 0:  # rank 0's metrics are the run's
+            return
+        now = time.monotonic()
+        if self._last_report is not None:
+            metrics.STEP_SECONDS.observe(now - self._last_report)
+        self._last_report = now
+        if "samples_per_s" in report.metrics:
+            metrics.SAMPLES_PER_SECOND.labels(run=self.run_id).set(report.metrics["samples_per_s"])
+            self._reported_throughput = True
+        self._registry.add_metrics(self.run_id, report.step, report.metrics)
+        if report.checkpoint is not None:
+            best = CheckpointStore(self._paths.checkpoints).best(self.spec.retention)
+            self._registry.add_checkpoint(self.run_id, report.checkpoint, best)
+
+
+def _failure(rank: int, task: asyncio.Future) -> str:
+    """Why a rank's follower ended badly, or "" when the rank's function returned."""
+    try:
+        outcome = task.result()
+    except ray.exceptions.RayActorError as exc:
+        return f"rank {rank} died: {_cause(exc)}"
+    except ray.exceptions.RayError as exc:
+        return f"rank {rank} failed in its worker: {_cause(exc)}"
+    if outcome.ok:
+        return ""
+    return f"rank {rank} raised {outcome.error}\n{outcome.traceback}"
+
+
+def _cause(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:_CAUSE_CHARS]

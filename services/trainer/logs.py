@@ -1,0 +1,132 @@
+"""Per-rank stdout/stderr: captured to files in the worker, read back for GetRunLogs.
+
+The worker points fds 1 and 2 at pipes for the duration of the user call, so output of C++
+code (Paddle's glog) is captured as well as Python's; a thread stamps each line with the
+time it was captured and appends it to `logs/rank-<r>.<stream>.log` under the run's
+directory as `<unix time>\\t<text>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+STREAMS = {"stdout": 1, "stderr": 2}
+
+
+@dataclass(frozen=True)
+class LogLine:
+    rank: int
+    stream: str  # "stdout" | "stderr"
+    text: str
+    time: float
+
+
+def log_file(log_dir: Path, rank: int, stream: str) -> Path:
+    return log_dir / f"rank-{rank}.{stream}.log"
+
+
+@contextlib.contextmanager
+def capture_output(log_dir: Path, rank: int) -> Iterator[None]:
+    """Sends this process's stdout and stderr to the rank's log files inside the block."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    saved: dict[int, int] = {}
+    readers: list[threading.Thread] = []
+    _flush_python_streams()
+    buffering = sys.stdout.line_buffering if hasattr(sys.stdout, "line_buffering") else None
+    try:
+        for stream, fd in STREAMS.items():
+            read_end, write_end = os.pipe()
+            saved[fd] = os.dup(fd)
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            reader = threading.Thread(
+                target=_copy_lines, args=(read_end, log_file(log_dir, rank, stream)), daemon=True
+            )
+            reader.start()
+            readers.append(reader)
+        # Line-buffered so that a follower sees each print as it happens.
+        if buffering is not None:
+            sys.stdout.reconfigure(line_buffering=True)
+        yield
+    finally:
+        _flush_python_streams()
+        if buffering is not None:
+            sys.stdout.reconfigure(line_buffering=buffering)
+        for fd, original in saved.items():
+            os.dup2(original, fd)  # closes the pipe's last write end: its reader sees EOF
+            os.close(original)
+        for reader in readers:
+            reader.join(timeout=5)
+
+
+def _flush_python_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def _copy_lines(read_end: int, path: Path) -> None:
+    with os.fdopen(read_end, "rb") as pipe, open(path, "ab") as out:
+        for raw in pipe:
+            text = raw.rstrip(b"\n").replace(b"\t", b"    ")
+            out.write(f"{time.time():.6f}\t".encode() + text + b"\n")
+            out.flush()
+
+
+def _parse(raw: str, rank: int, stream: str) -> LogLine:
+    stamp, _, text = raw.rstrip("\n").partition("\t")
+    try:
+        when = float(stamp)
+    except ValueError:
+        when, text = 0.0, raw.rstrip("\n")
+    return LogLine(rank, stream, text, when)
+
+
+class LogReader:
+    """Reads one run's log files incrementally: `tail` first, then whatever was appended."""
+
+    def __init__(self, log_dir: Path, ranks: list[int]) -> None:
+        self._files = [(rank, stream, log_file(log_dir, rank, stream)) for rank in ranks for stream in STREAMS]
+        self._offsets: dict[Path, int] = {}
+
+    def initial(self, tail_lines: int = 0) -> list[LogLine]:
+        """Everything written so far, or the last `tail_lines` lines of each rank."""
+        by_rank: dict[int, list[LogLine]] = {}
+        for rank, stream, path in self._files:
+            by_rank.setdefault(rank, []).extend(self._read_new(rank, stream, path))
+        lines: list[LogLine] = []
+        for rank_lines in by_rank.values():
+            ordered = _ordered(rank_lines)
+            lines.extend(ordered[-tail_lines:] if tail_lines > 0 else ordered)
+        return _ordered(lines)
+
+    def new_lines(self) -> list[LogLine]:
+        lines: list[LogLine] = []
+        for rank, stream, path in self._files:
+            lines.extend(self._read_new(rank, stream, path))
+        return _ordered(lines)
+
+    def _read_new(self, rank: int, stream: str, path: Path) -> list[LogLine]:
+        offset = self._offsets.get(path, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next read
+        self._offsets[path] = offset + len(complete)
+        text = complete.decode("utf-8", errors="replace")
+        return [_parse(raw, rank, stream) for raw in text.splitlines()]
+
+
+def _ordered(lines: list[LogLine]) -> list[LogLine]:
+    # Stable sort by capture time keeps each file's own order.
+    return sorted(lines, key=lambda line: line.time)

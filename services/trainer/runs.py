@@ -1,0 +1,219 @@
+"""Run registry: records, the state machine, and each run's numbered event log.
+
+State lives in memory on the service's event loop (one writer, no locks) and is mirrored to
+`runs/<id>/run.json` and `runs/<id>/events.jsonl` under the storage root, so a restarted
+trainer still answers GetRun/ListRuns/WatchRun for earlier runs. Runs that were active when
+the trainer went away are marked FAILED on load: their actors died with the old driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from paddleray.common.v1 import common_pb2
+from paddleray.services.common import errors
+from paddleray.services.trainer import metrics
+from paddleray.services.trainer.checkpoints import CheckpointInfo
+
+log = logging.getLogger(__name__)
+
+PENDING, STARTING, RUNNING, STOPPING = "PENDING", "STARTING", "RUNNING", "STOPPING"
+SUCCEEDED, FAILED, STOPPED, TIMED_OUT = "SUCCEEDED", "FAILED", "STOPPED", "TIMED_OUT"
+TERMINAL = frozenset({SUCCEEDED, FAILED, STOPPED, TIMED_OUT})
+_ENDED_BY_STOP = {STOPPED, TIMED_OUT, FAILED}
+TRANSITIONS = {
+    PENDING: {STARTING, STOPPING, *_ENDED_BY_STOP},
+    STARTING: {RUNNING, STOPPING, *_ENDED_BY_STOP},
+    RUNNING: {STOPPING, SUCCEEDED, FAILED},
+    # Once a stop was asked, the run ends as the stop says, even if user code failed meanwhile.
+    STOPPING: {STOPPED, TIMED_OUT, FAILED},
+}
+
+
+@dataclass
+class RunEvent:
+    sequence: int
+    time: float
+    kind: str  # "state" | "metrics" | "checkpoint"
+    data: dict[str, Any]
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    spec: dict[str, Any]  # the TrainingSpec as given, in proto JSON form
+    job: str = ""
+    request_id: str = ""
+    timeout_s: float | None = None
+    resume_from: dict[str, Any] | None = None  # a Checkpoint in proto JSON form
+    labels: dict[str, str] = field(default_factory=dict)
+    state: str = PENDING
+    state_reason: str = ""
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    latest_metrics: dict[str, Any] | None = None  # {"step": int, "metrics": {...}}
+    latest_checkpoint: dict[str, Any] | None = None  # CheckpointInfo fields, path as str
+    best_checkpoint: dict[str, Any] | None = None
+    create_time: float = field(default_factory=time.time)
+    start_time: float | None = None
+    end_time: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"runs/{self.run_id}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def training_spec(self) -> common_pb2.TrainingSpec:
+        return json_format.ParseDict(self.spec, common_pb2.TrainingSpec())
+
+
+def checkpoint_dict(info: CheckpointInfo) -> dict[str, Any]:
+    return {**info.manifest(), "path": str(info.path)}
+
+
+class RunRegistry:
+    def __init__(self, storage_root: Path) -> None:
+        self._dir = Path(storage_root) / "runs"
+        self._runs: dict[str, RunRecord] = {}
+        self._events: dict[str, list[RunEvent]] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._by_request: dict[str, str] = {}
+
+    # --- reading -----------------------------------------------------------------------
+    def get(self, run_id: str) -> RunRecord:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise errors.NotFound(f"runs/{run_id} not found") from None
+
+    def by_request_id(self, request_id: str) -> RunRecord | None:
+        run_id = self._by_request.get(request_id)
+        return self._runs.get(run_id) if run_id else None
+
+    def exists(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def all(self) -> list[RunRecord]:
+        return list(self._runs.values())
+
+    def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
+        self.get(run_id)
+        return self._events[run_id][after:]  # sequences are 1..n, so index == sequence - 1
+
+    async def watch(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent]:
+        """Events after `after`, then new ones as they come; ends after the terminal state."""
+        while True:
+            changed = self._changed[run_id]
+            pending = self.events(run_id, after)
+            for event in pending:
+                yield event
+                after = event.sequence
+            if self.get(run_id).terminal and not self.events(run_id, after):
+                return
+            if not pending:
+                await changed.wait()
+
+    # --- writing -----------------------------------------------------------------------
+    def add(self, record: RunRecord) -> RunRecord:
+        if record.run_id in self._runs:
+            raise errors.AlreadyExists(f"{record.name} already exists")
+        self._runs[record.run_id] = record
+        self._events[record.run_id] = []
+        self._changed[record.run_id] = asyncio.Event()
+        if record.request_id:
+            self._by_request[record.request_id] = record.run_id
+        self._emit(record, "state", {"from": "UNSPECIFIED", "to": record.state, "reason": "accepted"})
+        metrics.RUNS_BY_STATE.labels(state=record.state).inc()
+        return record
+
+    def transition(self, run_id: str, state: str, reason: str = "") -> bool:
+        """Moves a run to `state`; False (and no change) when the state machine forbids it."""
+        record = self.get(run_id)
+        if state not in TRANSITIONS.get(record.state, ()):
+            return False
+        previous, record.state, record.state_reason = record.state, state, reason
+        now = time.time()
+        if state == RUNNING:
+            record.start_time = now
+        if state in TERMINAL:
+            record.end_time = now
+        metrics.RUNS_BY_STATE.labels(state=previous).dec()
+        metrics.RUNS_BY_STATE.labels(state=state).inc()
+        self._emit(record, "state", {"from": previous, "to": state, "reason": reason})
+        log.info("run %s: %s -> %s %s", run_id, previous, state, reason)
+        return True
+
+    def set_workers(self, run_id: str, workers: list[dict[str, Any]]) -> None:
+        record = self.get(run_id)
+        record.workers = workers
+        self._save(record)
+
+    def add_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
+        record = self.get(run_id)
+        record.latest_metrics = {"step": step, "metrics": values}
+        self._emit(record, "metrics", record.latest_metrics)
+
+    def add_checkpoint(self, run_id: str, info: CheckpointInfo, best: CheckpointInfo | None) -> None:
+        record = self.get(run_id)
+        record.latest_checkpoint = checkpoint_dict(info)
+        record.best_checkpoint = checkpoint_dict(best) if best is not None else None
+        self._emit(record, "checkpoint", record.latest_checkpoint)
+
+    def _emit(self, record: RunRecord, kind: str, data: dict[str, Any]) -> None:
+        events = self._events[record.run_id]
+        event = RunEvent(len(events) + 1, time.time(), kind, data)
+        events.append(event)
+        self._append_event(record.run_id, event)
+        self._save(record)
+        # Wake every watcher, then give later waiters a fresh event to wait on.
+        self._changed[record.run_id].set()
+        self._changed[record.run_id] = asyncio.Event()
+
+    # --- persistence -------------------------------------------------------------------
+    def _save(self, record: RunRecord) -> None:
+        directory = self._dir / record.run_id
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / "run.json.tmp"
+        tmp.write_text(json.dumps(asdict(record)))
+        os.replace(tmp, directory / "run.json")
+
+    def _append_event(self, run_id: str, event: RunEvent) -> None:
+        directory = self._dir / run_id
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / "events.jsonl", "a") as f:
+            f.write(json.dumps(asdict(event)) + "\n")
+
+    def load(self) -> int:
+        """Reads the runs a previous trainer left; returns how many were loaded."""
+        if not self._dir.is_dir():
+            return 0
+        loaded = 0
+        for run_json in sorted(self._dir.glob("*/run.json")):
+            try:
+                record = RunRecord(**json.loads(run_json.read_text()))
+                events = [RunEvent(**json.loads(line)) for line in (run_json.parent / "events.jsonl").read_text().splitlines() if line]
+            except (OSError, ValueError, TypeError) as exc:
+                log.warning("skipping unreadable run record %s: %s", run_json, exc)
+                continue
+            self._runs[record.run_id] = record
+            self._events[record.run_id] = events
+            self._changed[record.run_id] = asyncio.Event()
+            if record.request_id:
+                self._by_request[record.request_id] = record.run_id
+            metrics.RUNS_BY_STATE.labels(state=record.state).inc()
+            if not record.terminal:  # every active state may end in FAILED
+                self.transition(record.run_id, FAILED, "the trainer restarted while the run was active")
+            loaded += 1
+        return loaded

@@ -1,0 +1,186 @@
+"""What a run asks for, validated once: StartRun's request becomes a RunSpec or a clear error.
+
+Every rule names the field it checks (INVALID_ARGUMENT); an entrypoint outside the allowlist
+is PERMISSION_DENIED.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from paddleray.common.v1 import common_pb2
+from paddleray.services.common import errors
+from paddleray.services.trainer.backend import validate_gpu_request
+from paddleray.services.trainer.checkpoints import RetentionPolicy, read_checkpoint
+
+_ENTRYPOINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+_MAX_CONFIG_BYTES = 1 << 20
+_MAX_WORKERS = 1024
+_STRATEGIES = {
+    common_pb2.PLACEMENT_STRATEGY_UNSPECIFIED: "PACK",
+    common_pb2.PLACEMENT_STRATEGY_PACK: "PACK",
+    common_pb2.PLACEMENT_STRATEGY_SPREAD: "SPREAD",
+    common_pb2.PLACEMENT_STRATEGY_STRICT_PACK: "STRICT_PACK",
+    common_pb2.PLACEMENT_STRATEGY_STRICT_SPREAD: "STRICT_SPREAD",
+}
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    memory_bytes: int = 0
+    custom: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    image: str = ""
+    env_vars: tuple[tuple[str, str], ...] = ()
+    working_dir: str = ""
+
+    def to_ray(self) -> dict[str, Any]:
+        """As Ray's runtime_env (image_uri for the container image)."""
+        env: dict[str, Any] = {}
+        if self.env_vars:
+            env["env_vars"] = dict(self.env_vars)
+        if self.working_dir:
+            env["working_dir"] = self.working_dir
+        if self.image:
+            env["image_uri"] = self.image
+        return env
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What makes worker groups interchangeable: the key of the warm pool."""
+
+    num_workers: int = 1
+    resources: WorkerResources = field(default_factory=WorkerResources)
+    env: EnvSpec = field(default_factory=EnvSpec)
+    strategy: str = "PACK"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    entrypoint: str
+    config: dict[str, Any]
+    group: GroupSpec
+    retention: RetentionPolicy
+    datasets: tuple[common_pb2.Dataset, ...] = ()
+    timeout_s: float | None = None
+    resume_from: str | None = None
+
+
+def check_entrypoint(entrypoint: str, allowlist: Sequence[str]) -> None:
+    if not _ENTRYPOINT.match(entrypoint):
+        raise errors.InvalidArgument("spec.entrypoint", "must have the form 'package.module:function'")
+    module = entrypoint.partition(":")[0]
+    if not any(module == prefix or module.startswith(prefix + ".") for prefix in allowlist):
+        raise errors.PermissionDenied(
+            f"spec.entrypoint: module {module!r} is not under an allowed prefix ({', '.join(allowlist) or 'none'})"
+        )
+
+
+def check_run_id(run_id: str) -> None:
+    if not _RUN_ID.match(run_id):
+        raise errors.InvalidArgument("run_id", "must be 1-63 characters of [a-z0-9-], starting with a letter")
+
+
+def run_spec(
+    spec: common_pb2.TrainingSpec,
+    allowlist: Sequence[str],
+    timeout_s: float | None = None,
+    resume_from_uri: str = "",
+) -> RunSpec:
+    check_entrypoint(spec.entrypoint, allowlist)
+    if spec.config.ByteSize() > _MAX_CONFIG_BYTES:
+        raise errors.InvalidArgument("spec.config", "must be at most 1 MiB serialized")
+    num_workers = spec.num_workers or 1
+    if not 1 <= num_workers <= _MAX_WORKERS:
+        raise errors.InvalidArgument("spec.num_workers", f"must be between 1 and {_MAX_WORKERS}")
+    if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise errors.InvalidArgument("timeout", "must be positive")
+    resume_from = None
+    if resume_from_uri:
+        if read_checkpoint(resume_from_uri) is None:
+            raise errors.InvalidArgument("resume_from.uri", "must be a complete checkpoint directory (with its manifest)")
+        resume_from = str(Path(resume_from_uri))
+    names = [d.name for d in spec.datasets]
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise errors.InvalidArgument("spec.datasets.name", "must be non-empty and unique")
+    return RunSpec(
+        entrypoint=spec.entrypoint,
+        config=json_format.MessageToDict(spec.config),
+        group=GroupSpec(
+            num_workers=num_workers,
+            resources=_resources(spec.resources_per_worker, num_workers),
+            env=_env(spec.runtime_env),
+            strategy=_strategy(spec.placement_strategy),
+        ),
+        retention=_retention(spec.checkpoint_policy),
+        datasets=tuple(spec.datasets),
+        timeout_s=timeout_s,
+        resume_from=resume_from,
+    )
+
+
+def _resources(resources: common_pb2.Resources, num_workers: int) -> WorkerResources:
+    prefix = "spec.resources_per_worker"
+    if not math.isfinite(resources.num_cpus) or resources.num_cpus < 0:
+        raise errors.InvalidArgument(f"{prefix}.num_cpus", "must be a finite number >= 0")
+    validate_gpu_request(resources.num_gpus, num_workers)
+    if resources.memory_bytes < 0:
+        raise errors.InvalidArgument(f"{prefix}.memory_bytes", "must be >= 0")
+    for name, amount in resources.custom.items():
+        if not name or not math.isfinite(amount) or amount < 0:
+            raise errors.InvalidArgument(f"{prefix}.custom", "needs non-empty names and finite amounts >= 0")
+        if name in ("CPU", "GPU", "memory"):
+            raise errors.InvalidArgument(f"{prefix}.custom", f"{name!r} is set by its own field")
+    return WorkerResources(
+        # A worker always takes some CPU: Ray would otherwise pack any number of them on one node.
+        num_cpus=resources.num_cpus or 1.0,
+        num_gpus=resources.num_gpus,
+        memory_bytes=resources.memory_bytes,
+        custom=tuple(sorted(resources.custom.items())),
+    )
+
+
+def _env(env: common_pb2.RuntimeEnv) -> EnvSpec:
+    if env.image and env.working_dir:
+        raise errors.InvalidArgument(
+            "spec.runtime_env.working_dir", "cannot be combined with image (Ray's image_uri takes only env_vars)"
+        )
+    if any(not key for key in env.env_vars):
+        raise errors.InvalidArgument("spec.runtime_env.env_vars", "names must be non-empty")
+    return EnvSpec(image=env.image, env_vars=tuple(sorted(env.env_vars.items())), working_dir=env.working_dir)
+
+
+def _strategy(value: int) -> str:
+    if value not in _STRATEGIES:
+        raise errors.InvalidArgument("spec.placement_strategy", "must be one of PACK, SPREAD, STRICT_PACK, STRICT_SPREAD")
+    return _STRATEGIES[value]
+
+
+def _retention(policy: common_pb2.CheckpointPolicy) -> RetentionPolicy:
+    prefix = "spec.checkpoint_policy"
+    if policy.keep_last < 0:
+        raise errors.InvalidArgument(f"{prefix}.keep_last", "must be >= 0")
+    if policy.keep_best < 0:
+        raise errors.InvalidArgument(f"{prefix}.keep_best", "must be >= 0")
+    mode = {common_pb2.METRIC_MODE_MIN: "min", common_pb2.METRIC_MODE_MAX: "max"}.get(policy.best_mode)
+    if policy.best_metric and mode is None:
+        raise errors.InvalidArgument(f"{prefix}.best_mode", "must be MIN or MAX when best_metric is set")
+    if policy.keep_best and not policy.best_metric:
+        raise errors.InvalidArgument(f"{prefix}.best_metric", "must be set when keep_best is set")
+    return RetentionPolicy(
+        keep_last=policy.keep_last, best_metric=policy.best_metric, best_mode=mode or "max", keep_best=policy.keep_best
+    )

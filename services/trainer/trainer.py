@@ -1,0 +1,254 @@
+"""Trainer: the domain behind TrainerService (runs, stops, events, logs, cluster resources).
+
+Everything runs on the service's event loop; Ray calls that block are awaited as object
+refs or pushed to a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from google.protobuf import json_format
+
+from paddleray.common.v1 import common_pb2
+from paddleray.services.common import errors
+from paddleray.services.trainer import runs
+from paddleray.services.trainer.context import RunPaths
+from paddleray.services.trainer.executor import RunExecutor
+from paddleray.services.trainer.logs import LogLine, LogReader
+from paddleray.services.trainer.pool import WorkerPool
+from paddleray.services.trainer.settings import TrainerSettings
+from paddleray.services.trainer.spec import check_run_id, run_spec
+
+log = logging.getLogger(__name__)
+
+_MAX_REQUEST_ID = 128
+_MAX_PAGE = 1000
+_DEFAULT_PAGE = 100
+
+
+@dataclass(frozen=True)
+class Resources:
+    num_cpus: float = 0.0
+    num_gpus: float = 0.0
+    memory_bytes: int = 0
+    custom: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_ray(cls, amounts: dict[str, float]) -> Resources:
+        custom = {
+            k: v for k, v in amounts.items()
+            if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:")
+        }
+        return cls(amounts.get("CPU", 0.0), amounts.get("GPU", 0.0), int(amounts.get("memory", 0)), custom)
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    node_id: str
+    address: str
+    total: Resources
+    available: Resources
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    total: Resources
+    available: Resources
+    nodes: list[NodeResources]
+
+
+def parse_run_name(name: str) -> str:
+    prefix, _, run_id = name.partition("/")
+    if prefix != "runs" or not run_id:
+        raise errors.InvalidArgument("name", "must have the form 'runs/{run_id}'")
+    return run_id
+
+
+class Trainer:
+    def __init__(self, settings: TrainerSettings) -> None:
+        self.settings = settings
+        self.storage_root = Path(settings.storage_root)
+        self.registry = runs.RunRegistry(self.storage_root)
+        self.pool = WorkerPool(
+            max_idle_groups=settings.pool_max_idle_groups,
+            idle_ttl_s=settings.pool_idle_ttl_s,
+            init_timeout_s=settings.collective_init_timeout_s,
+        )
+        self._executors: dict[str, RunExecutor] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        """Connects to Ray (unless this process already is a driver) and loads earlier runs."""
+        if not ray.is_initialized():
+            await asyncio.to_thread(
+                ray.init, address=self.settings.ray_address, namespace="paddleray", log_to_driver=False
+            )
+        loaded = self.registry.load()
+        if loaded:
+            log.info("loaded %d earlier runs from %s", loaded, self.storage_root)
+        self._spawn(self.pool.run_reaper())
+
+    async def shutdown(self) -> None:
+        for executor in self._executors.values():
+            executor.request_stop(runs.STOPPED, "the trainer is shutting down", 0)
+        for task in list(self._tasks):
+            task.cancel()
+        self.pool.shutdown()
+
+    async def start_run(
+        self,
+        spec: common_pb2.TrainingSpec,
+        run_id: str = "",
+        request_id: str = "",
+        job: str = "",
+        timeout_s: float | None = None,
+        resume_from: common_pb2.Checkpoint | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> runs.RunRecord:
+        if len(request_id) > _MAX_REQUEST_ID:
+            raise errors.InvalidArgument("request_id", f"must be at most {_MAX_REQUEST_ID} characters")
+        if request_id and (earlier := self.registry.by_request_id(request_id)) is not None:
+            return earlier
+        if run_id:
+            check_run_id(run_id)
+        else:
+            run_id = f"run-{uuid.uuid4().hex[:12]}"
+        resume_uri = resume_from.uri if resume_from is not None else ""
+        parsed = run_spec(spec, self.settings.entrypoint_allowlist, timeout_s, resume_uri)
+        record = self.registry.add(
+            runs.RunRecord(
+                run_id=run_id,
+                spec=json_format.MessageToDict(spec),
+                job=job,
+                request_id=request_id,
+                timeout_s=timeout_s,
+                resume_from=json_format.MessageToDict(resume_from) if resume_uri else None,
+                labels=dict(labels or {}),
+            )
+        )
+        executor = RunExecutor(
+            run_id, parsed, self.registry, self.pool, self.storage_root,
+            poll_timeout_s=self.settings.poll_timeout_s, timeout_grace_s=self.settings.stop_grace_s,
+        )
+        self._executors[run_id] = executor
+        self._spawn(self._execute(executor))
+        return record
+
+    def get_run(self, name: str) -> runs.RunRecord:
+        return self.registry.get(parse_run_name(name))
+
+    def list_runs(
+        self, page_size: int = 0, page_token: str = "", states: Sequence[str] = (), job: str = ""
+    ) -> tuple[list[runs.RunRecord], str]:
+        if not 0 <= page_size <= _MAX_PAGE:
+            raise errors.InvalidArgument("page_size", f"must be between 0 and {_MAX_PAGE}")
+        size = page_size or _DEFAULT_PAGE
+        records = sorted(self.registry.all(), key=lambda r: (r.create_time, r.run_id), reverse=True)
+        records = [r for r in records if (not states or r.state in states) and (not job or r.job == job)]
+        if page_token:
+            cursor = _decode_token(page_token)
+            records = [r for r in records if (r.create_time, r.run_id) < cursor]
+        page = records[:size]
+        more = len(records) > size
+        return page, _encode_token(page[-1]) if more else ""
+
+    async def stop_run(self, name: str, grace_s: float | None = None, reason: str = "") -> runs.RunRecord:
+        record = self.get_run(name)
+        if grace_s is not None and grace_s < 0:
+            raise errors.InvalidArgument("grace_period", "must be >= 0")
+        executor = self._executors.get(record.run_id)
+        if record.terminal or executor is None:
+            return record
+        grace = self.settings.stop_grace_s if grace_s is None else grace_s
+        executor.request_stop(runs.STOPPED, reason or "stopped by StopRun", grace)
+        return record
+
+    def watch(self, name: str, after_sequence: int = 0) -> AsyncIterator[runs.RunEvent]:
+        run_id = parse_run_name(name)
+        self.registry.get(run_id)
+        if after_sequence < 0:
+            raise errors.InvalidArgument("after_sequence", "must be >= 0")
+        return self.registry.watch(run_id, after_sequence)
+
+    async def logs(
+        self, name: str, rank: int | None = None, tail_lines: int = 0, follow: bool = False
+    ) -> AsyncIterator[list[LogLine]]:
+        record = self.get_run(name)
+        if tail_lines < 0:
+            raise errors.InvalidArgument("tail_lines", "must be >= 0")
+        world = int(record.spec.get("numWorkers", 1)) or 1
+        if rank is not None and not 0 <= rank < world:
+            raise errors.InvalidArgument("rank", f"must be between 0 and {world - 1}")
+        reader = LogReader(RunPaths.of(self.storage_root, record.run_id).logs, [rank] if rank is not None else list(range(world)))
+        lines = reader.initial(tail_lines)
+        if lines:
+            yield lines
+        while follow and not record.terminal:
+            await asyncio.sleep(self.settings.log_follow_interval_s)
+            if lines := reader.new_lines():
+                yield lines
+        # Workers flush their last lines as they end: one more read after the end.
+        if follow and (lines := reader.new_lines()):
+            yield lines
+
+    async def cluster_resources(self) -> ClusterResources:
+        try:
+            total, available, nodes, per_node = await asyncio.to_thread(_ray_resources)
+        except Exception as exc:  # noqa: BLE001 - any failure to reach Ray
+            raise errors.Unavailable(f"Ray cannot be reached: {exc}") from exc
+        # Idle warm groups hold reservations that any run may take (they are evicted for it).
+        reclaimable = self.pool.idle_resources()
+        available = {k: available.get(k, 0.0) + reclaimable.get(k, 0.0) for k in {*available, *reclaimable}}
+        return ClusterResources(
+            total=Resources.from_ray(total),
+            available=Resources.from_ray(available),
+            nodes=[
+                NodeResources(
+                    node_id=node["NodeID"],
+                    address=node.get("NodeManagerAddress", ""),
+                    total=Resources.from_ray(node.get("Resources", {})),
+                    available=Resources.from_ray(per_node.get(node["NodeID"], {})),
+                )
+                for node in nodes
+                if node.get("Alive")
+            ],
+        )
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, executor: RunExecutor) -> None:
+        try:
+            await executor.run()
+        finally:
+            self._executors.pop(executor.run_id, None)
+
+
+def _ray_resources() -> tuple[dict, dict, list[dict[str, Any]], dict[str, dict]]:
+    from ray._private.state import available_resources_per_node
+
+    return ray.cluster_resources(), ray.available_resources(), ray.nodes(), available_resources_per_node()
+
+
+def _encode_token(record: runs.RunRecord) -> str:
+    return base64.urlsafe_b64encode(json.dumps([record.create_time, record.run_id]).encode()).decode()
+
+
+def _decode_token(token: str) -> tuple[float, str]:
+    with contextlib.suppress(ValueError, TypeError):
+        created, run_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return float(created), str(run_id)
+    raise errors.InvalidArgument("page_token", "must be a token from a previous ListRuns response")

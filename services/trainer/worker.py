@@ -1,0 +1,133 @@
+"""WorkerActor: a stateless "run this function" executor, one Ray actor per rank.
+
+Paddle is imported when the actor starts, so a warm actor runs user code at once. User code
+runs in a thread of its own; the trainer long-polls `next_reports` (reports and, at the end,
+the outcome) and may call `request_stop` meanwhile, which is why the actor is threaded.
+A user error ends the call with an outcome; a dead process shows up at the trainer as a
+RayActorError on the pending `next_reports` instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import socket
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+
+import ray
+
+from paddleray.services.trainer.backend import gpu_process_env, probe_gpu_memory_mb
+from paddleray.services.trainer.context import ContextSpec, Report, TrainContext
+from paddleray.services.trainer.logs import capture_output
+
+# Enough of a traceback to locate the failure in a run's state_reason.
+_TRACEBACK_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the user function ended on one rank: ok, or the error and its traceback."""
+
+    ok: bool
+    error: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class Poll:
+    reports: list[Report]
+    outcome: Outcome | None  # set once the function returned and every report was handed over
+
+
+class WorkerActor:
+    def __init__(self, num_gpus: float = 0.0) -> None:
+        if num_gpus > 0:
+            gpu_ids = ray.get_gpu_ids()
+            total = probe_gpu_memory_mb(str(gpu_ids[0])) if num_gpus < 1 and gpu_ids else None
+            # Paddle reads FLAGS_* once, when it is imported: set them first.
+            os.environ.update(gpu_process_env(num_gpus, gpu_ids, total))
+        import paddle
+
+        self._paddle = paddle
+        self._device = "cpu"
+        self._reports: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def info(self) -> dict:
+        context = ray.get_runtime_context()
+        return {
+            "node_id": context.get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "gpu_ids": [str(i) for i in ray.get_gpu_ids()],
+            "pid": os.getpid(),
+        }
+
+    def reserve_endpoint(self) -> str:
+        """host:port with a port that is free on this worker's node (for Paddle's rendezvous)."""
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            return f"{ip}:{s.getsockname()[1]}"
+
+    def set_device(self, device: str) -> None:
+        self._device = device
+        self._paddle.set_device(device)
+
+    def join_collective(self, env: dict[str, str], device: str) -> None:
+        os.environ.update(env)
+        self.set_device(device)
+        self._paddle.distributed.init_parallel_env()
+
+    def start(self, entrypoint: str, spec: ContextSpec) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("this worker is still running a function")
+        self._reports = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(entrypoint, spec), daemon=True, name="user-code")
+        self._thread.start()
+
+    def next_reports(self, timeout_s: float) -> Poll:
+        """Reports since the last call, waiting up to timeout_s for the first one."""
+        items = []
+        try:
+            items.append(self._reports.get(timeout=timeout_s))
+            while True:
+                items.append(self._reports.get_nowait())
+        except queue.Empty:
+            pass
+        outcome = next((item for item in items if isinstance(item, Outcome)), None)
+        return Poll([item for item in items if isinstance(item, Report)], outcome)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, entrypoint: str, spec: ContextSpec) -> None:
+        with capture_output(spec.paths.logs, spec.rank):
+            outcome = self._call(entrypoint, spec)
+            if not outcome.ok:
+                print(outcome.traceback, file=sys.stderr, flush=True)
+        self._reports.put(outcome)
+
+    def _call(self, entrypoint: str, spec: ContextSpec) -> Outcome:
+        try:
+            # Paddle's expected place is per thread: set it where the user code runs.
+            self._paddle.set_device(self._device)
+            module_name, _, function_name = entrypoint.partition(":")
+            function = getattr(importlib.import_module(module_name), function_name)
+            function(spec.config, TrainContext(spec, self._reports.put, self._stop))
+        except SystemExit as exc:
+            if exc.code in (None, 0):
+                return Outcome(ok=True)
+            return Outcome(ok=False, error=f"SystemExit: {exc.code}", traceback=_summary(exc))
+        except BaseException as exc:  # noqa: BLE001 - any user error fails the run, with its traceback
+            return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}", traceback=_summary(exc))
+        return Outcome(ok=True)
+
+
+def _summary(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))[-_TRACEBACK_CHARS:]

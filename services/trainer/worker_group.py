@@ -1,0 +1,118 @@
+"""WorkerGroup: one Ray actor per rank, placed together in a placement group.
+
+A group is reserved (placement group ready), started (actors created, Paddle imported),
+joined into one collective group by the PaddleBackend once, and then runs any number of
+runs one after the other (see pool.py). Killing it frees its actors and its reservation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from paddleray.services.trainer import metrics
+from paddleray.services.trainer.backend import PaddleBackend, PaddleBackendConfig
+from paddleray.services.trainer.spec import GroupSpec, WorkerResources
+from paddleray.services.trainer.worker import WorkerActor
+
+log = logging.getLogger(__name__)
+
+# Threads per actor: the user function's own thread is separate; these serve next_reports,
+# request_stop and the setup calls concurrently.
+_ACTOR_CONCURRENCY = 4
+_group_ids = itertools.count(1)
+
+
+def bundle(resources: WorkerResources) -> dict[str, float]:
+    """The placement-group bundle of one rank: exactly what its actor asks for."""
+    entries: dict[str, float] = {"CPU": resources.num_cpus}
+    if resources.num_gpus:
+        entries["GPU"] = resources.num_gpus
+    if resources.memory_bytes:
+        entries["memory"] = float(resources.memory_bytes)
+    entries.update(dict(resources.custom))
+    return entries
+
+
+def actor_options(spec: GroupSpec, group: PlacementGroup | None, rank: int) -> dict[str, Any]:
+    resources = spec.resources
+    options: dict[str, Any] = {
+        "num_cpus": resources.num_cpus,
+        "num_gpus": resources.num_gpus,
+        "max_concurrency": _ACTOR_CONCURRENCY,
+        "max_restarts": 0,
+        "runtime_env": spec.env.to_ray() or None,
+    }
+    if resources.memory_bytes:
+        options["memory"] = resources.memory_bytes
+    if resources.custom:
+        options["resources"] = dict(resources.custom)
+    if group is not None:
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=rank
+        )
+    return options
+
+
+def local_ranks(node_ids: Sequence[str]) -> list[int]:
+    """Each rank's position among the ranks on its node, in rank order."""
+    seen: dict[str, int] = {}
+    ranks = []
+    for node in node_ids:
+        ranks.append(seen.get(node, 0))
+        seen[node] = ranks[-1] + 1
+    return ranks
+
+
+@dataclass
+class WorkerGroup:
+    spec: GroupSpec
+    placement: PlacementGroup
+    actors: list[Any] = field(default_factory=list)
+    workers: list[dict[str, Any]] = field(default_factory=list)  # info() of each rank, plus local_rank
+    id: int = field(default_factory=lambda: next(_group_ids))
+    joined: bool = False
+    alive: bool = True
+
+    @classmethod
+    def reserve(cls, spec: GroupSpec) -> WorkerGroup:
+        """Asks Ray for the placement group; wait on `ready()` before starting actors."""
+        placement = placement_group([bundle(spec.resources)] * spec.num_workers, strategy=spec.strategy)
+        return cls(spec, placement)
+
+    def ready(self) -> ray.ObjectRef:
+        return self.placement.ready()
+
+    async def start(self, backend_config: PaddleBackendConfig) -> None:
+        """Starts the actors (Paddle imported in each) and joins them into one collective group."""
+        actor_class = ray.remote(WorkerActor)
+        self.actors = [
+            actor_class.options(**actor_options(self.spec, self.placement, rank)).remote(self.spec.resources.num_gpus)
+            for rank in range(self.spec.num_workers)
+        ]
+        metrics.ACTOR_STARTS.inc(len(self.actors))
+        infos = await asyncio.gather(*(actor.info.remote() for actor in self.actors))
+        for info, local in zip(infos, local_ranks([i["node_id"] for i in infos]), strict=True):
+            info["local_rank"] = local
+        self.workers = list(infos)
+        await PaddleBackend(backend_config).on_start(self.actors)
+        self.joined = True
+
+    def kill(self) -> None:
+        """Kills every actor at once (so no rank waits in a collective) and frees the reservation."""
+        self.alive = False
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        with contextlib.suppress(Exception):
+            remove_placement_group(self.placement)
+        log.info("worker group %d killed (%d actors)", self.id, len(self.actors))

@@ -1,0 +1,123 @@
+"""Runs over gRPC on the shared Ray head: lifecycle, events, logs, errors, allowlist, warm pool."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from paddleray.common.v1 import common_pb2
+from paddleray.services.trainer import metrics
+from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
+
+pytestmark = pytest.mark.integration
+
+
+def _states(events):
+    return [run_pb2.RunState.Name(e.state_change.to_state) for e in events if e.HasField("state_change")]
+
+
+def test_run_succeeds_and_streams_numbered_events(client):
+    run = client.start("hello", {"lines": 2})
+    assert run.state == run_pb2.RUN_STATE_PENDING
+    events = [r.event for r in client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=run.name), timeout=120)]
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert _states(events) == [
+        "RUN_STATE_PENDING", "RUN_STATE_STARTING", "RUN_STATE_RUNNING", "RUN_STATE_SUCCEEDED",
+    ]
+    reports = [e.metrics for e in events if e.HasField("metrics")]
+    assert reports[0].step == 1 and reports[0].metrics["value"] == 1.0
+    done = client.stub.GetRun(trainer_service_pb2.GetRunRequest(name=run.name)).run
+    assert done.state == run_pb2.RUN_STATE_SUCCEEDED
+    assert done.latest_metrics.metrics["value"] == 1.0
+    assert done.start_time.seconds and done.end_time.seconds
+    # A reader that reconnects after sequence 2 gets exactly the rest.
+    rest = [r.event for r in client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=run.name, after_sequence=2))]
+    assert [e.sequence for e in rest] == list(range(3, len(events) + 1))
+
+
+def test_logs_are_captured_per_rank_and_streamed(client):
+    run = client.start("hello", {"lines": 3}, num_workers=2)
+    client.wait_done(run.name)
+    batches = client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name=run.name), timeout=30)
+    lines = [line for batch in batches for line in batch.lines]
+    texts = {(line.rank, line.stream, line.text) for line in lines}
+    for rank in (0, 1):
+        assert (rank, common_pb2.LOG_STREAM_STDOUT, f"hello from rank {rank} of 2") in texts
+        assert (rank, common_pb2.LOG_STREAM_STDERR, f"warning on rank {rank}") in texts
+    only_one = client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name=run.name, rank=1, tail_lines=2))
+    tail = [line for batch in only_one for line in batch.lines]
+    assert {line.rank for line in tail} == {1}
+    assert [line.text for line in tail] == ["line 1 rank 1", "line 2 rank 1"]
+
+
+def test_follow_streams_lines_until_the_run_ends(client):
+    run = client.start("hello", {"lines": 1, "linger_s": 1.0})
+    followed = client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name=run.name, follow=True), timeout=120)
+    texts = [line.text for batch in followed for line in batch.lines]
+    assert "line 0 rank 0" in texts
+    assert client.stub.GetRun(trainer_service_pb2.GetRunRequest(name=run.name)).run.state == run_pb2.RUN_STATE_SUCCEEDED
+
+
+def test_user_error_fails_the_run_with_rank_and_traceback(client):
+    run = client.wait_done(client.start("raises").name)
+    assert run.state == run_pb2.RUN_STATE_FAILED
+    assert run.state_reason.startswith("rank 0 raised ValueError: learning rate must be positive")
+    assert "trainer_test_entrypoints.py" in run.state_reason
+
+
+def test_warm_pool_reuses_a_group_of_the_same_shape(client):
+    first = client.wait_done(client.start("hello", {"lines": 0}).name)
+    hits = metrics.POOL_REQUESTS.labels(result="hit")._value.get()
+    second = client.wait_done(client.start("hello", {"lines": 0}).name)
+    assert first.state == second.state == run_pb2.RUN_STATE_SUCCEEDED
+    assert second.workers[0].warm
+    assert metrics.POOL_REQUESTS.labels(result="hit")._value.get() == hits + 1
+
+
+def test_allowlist_and_bad_requests(client):
+    with pytest.raises(grpc.RpcError) as denied:
+        client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=common_pb2.TrainingSpec(entrypoint="os:system")))
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "'os'" in denied.value.details()
+    bad = client.spec("hello")
+    bad.entrypoint = "trainer_test_entrypoints.hello"
+    with pytest.raises(grpc.RpcError) as invalid:
+        client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=bad))
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert invalid.value.details().startswith("spec.entrypoint:")
+    gpus = client.spec("hello", num_workers=2)
+    gpus.resources_per_worker.num_gpus = 0.5
+    with pytest.raises(grpc.RpcError) as fractional:
+        client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=gpus))
+    assert fractional.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert fractional.value.details().startswith("spec.resources_per_worker.num_gpus:")
+    with pytest.raises(grpc.RpcError) as missing:
+        client.stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/nope"))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_request_id_is_idempotent_and_list_pages(client):
+    first = client.start("hello", {"lines": 0}, request_id="req-1", job="jobs/42")
+    again = client.start("hello", {"lines": 0}, request_id="req-1", job="jobs/42")
+    assert first.name == again.name
+    client.wait_done(first.name)
+    page = client.stub.ListRuns(trainer_service_pb2.ListRunsRequest(job="jobs/42", page_size=1))
+    assert [r.name for r in page.runs] == [first.name] and page.next_page_token == ""
+    everything, token = [], ""
+    while True:
+        page = client.stub.ListRuns(trainer_service_pb2.ListRunsRequest(page_size=2, page_token=token))
+        everything += [r.name for r in page.runs]
+        token = page.next_page_token
+        if not token:
+            break
+    assert first.name in everything and len(everything) == len(set(everything))
+    times = [r.create_time.ToNanoseconds() for r in client.stub.ListRuns(trainer_service_pb2.ListRunsRequest()).runs]
+    assert times == sorted(times, reverse=True)
+
+
+def test_cluster_resources_come_from_ray(client):
+    resources = client.stub.GetClusterResources(trainer_service_pb2.GetClusterResourcesRequest())
+    assert resources.total.num_cpus == 2
+    assert 0 <= resources.available.num_cpus <= 2
+    assert resources.total.memory_bytes > 0
+    assert len(resources.nodes) == 1 and resources.nodes[0].total.num_cpus == 2
