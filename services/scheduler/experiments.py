@@ -1,0 +1,402 @@
+"""Experiments as a domain: a sweep's plan, its trial jobs, early stopping and the best trial.
+
+CreateExperiment stores the experiment and its whole plan (every trial's parameters) durably
+before anything runs. Trials are then handed out by index through one Lua claim (claim_trial)
+that checks the experiment still runs and a max_concurrent_trials slot is free, and the trial
+job gets an id derived from the index, so creating it is idempotent: a replica that crashed
+between the claim and the job, or two replicas filling at once, can only ever produce one job
+per index (the job store refuses a second job with the same id).
+
+Job callbacks drive the sweep: on_metrics keeps each trial's best value and asks ASHA; a
+terminal trial frees its slot and the next ones are created. Callbacks are at most once and a
+crashed replica never makes them, so `reconcile` (at start and then periodically) re-derives
+everything from Redis: unfinished creates, terminal trials still holding a slot, ASHA stops
+not yet carried out, cancelled experiments with live trials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass
+
+from google.protobuf import struct_pb2
+
+from paddleray.common.v1 import common_pb2
+from paddleray.scheduler.v1 import experiment_pb2, job_pb2
+from paddleray.services.common import errors
+from paddleray.services.scheduler import asha, keys, search, validation
+from paddleray.services.scheduler.experiment_store import ExperimentRecord, ExperimentStore
+from paddleray.services.scheduler.hooks import JobHooks
+from paddleray.services.scheduler.jobs import JobManager, is_terminal, now_ts
+from paddleray.services.scheduler.store import now_ms
+
+log = logging.getLogger(__name__)
+
+E = experiment_pb2.ExperimentState
+_MAX_DISPLAY_NAME = 256
+
+
+def experiment_id_from_name(name: str, field: str = "name") -> str:
+    experiment_id = name.removeprefix("experiments/")
+    if not name.startswith("experiments/") or not validation._ID.fullmatch(experiment_id):
+        raise errors.InvalidArgument(field, "must be 'experiments/{experiment_id}'")
+    return experiment_id
+
+
+def trial_job_prefix(experiment_id: str) -> str:
+    """Trial job ids are this prefix plus the trial index; they fit the 63-character job id."""
+    if len(experiment_id) <= 57:  # room for "-t9999"
+        return f"{experiment_id}-t"
+    digest = hashlib.sha1(experiment_id.encode()).hexdigest()[:8]
+    return f"{experiment_id[:48]}-{digest}-t"
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """What on_metrics needs of an experiment; fixed at creation, so cached per process."""
+
+    metric: str
+    sign: int
+    asha: asha.AshaConfig | None
+
+
+class ExperimentManager:
+    def __init__(self, jobs: JobManager, store: ExperimentStore, reconcile_interval_s: float = 5.0) -> None:
+        self.jobs = jobs
+        self.store = store
+        self.reconcile_interval_s = reconcile_interval_s
+        self._rankings: dict[str, _Ranking] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._stopping: set[str] = set()
+        self._loop_task: asyncio.Task | None = None
+
+    def register(self, hooks: JobHooks) -> None:
+        hooks.on_metrics(self.on_metrics)
+        hooks.on_terminal(self.on_terminal)
+
+    # -- create ---------------------------------------------------------------------------
+
+    async def create(
+        self, experiment: experiment_pb2.Experiment | None, experiment_id: str = "", request_id: str = ""
+    ) -> experiment_pb2.Experiment:
+        """Validates, expands the plan, stores both durably, then starts the first trials."""
+        if experiment is None:
+            raise errors.InvalidArgument("experiment", "required")
+        if experiment_id and not validation._ID.fullmatch(experiment_id):
+            raise errors.InvalidArgument("experiment_id", "must be 1-63 characters of [a-z0-9-] starting with a letter")
+        if len(request_id) > 128:
+            raise errors.InvalidArgument("request_id", "at most 128 characters")
+        plan = _validate(experiment)
+        stored = experiment_pb2.Experiment()
+        stored.CopyFrom(experiment)
+        for output_only in ("state", "state_reason", "trials_by_state", "best_trial", "end_time"):
+            stored.ClearField(output_only)
+        stored.name = f"experiments/{experiment_id or 'exp-' + uuid.uuid4().hex[:12]}"
+        stored.create_time.CopyFrom(now_ts())
+        stored.total_trials = len(plan)
+        status, found_id = await self.store.create(stored, plan, request_id)
+        if status == "exists":
+            raise errors.AlreadyExists(f"{stored.name} already exists")
+        if status == "created":
+            log.info("experiment %s created with %d trials", stored.name, len(plan))
+            await self.fill(found_id)
+        return await self.get(f"experiments/{found_id}")
+
+    # -- read -----------------------------------------------------------------------------
+
+    async def get(self, name: str) -> experiment_pb2.Experiment:
+        record = await self._record(name)
+        await self._add_progress(record)
+        return record.experiment
+
+    async def list(self, page_size: int, page_token: str, states) -> tuple[list[experiment_pb2.Experiment], str]:
+        if not 0 <= page_size <= 1000:
+            raise errors.InvalidArgument("page_size", "must be in 0..1000 (0 means 100)")
+        for i, state in enumerate(states):
+            if state not in E.values() or state == E.EXPERIMENT_STATE_UNSPECIFIED:
+                raise errors.InvalidArgument(f"states[{i}]", f"unknown experiment state {state}")
+        records, token = await self.store.list(page_size or 100, page_token, set(states))
+        for record in records:
+            await self._add_progress(record)
+        return [r.experiment for r in records], token
+
+    async def _record(self, name: str) -> ExperimentRecord:
+        record = await self.store.get(experiment_id_from_name(name))
+        if record is None:
+            raise errors.NotFound(f"{name} not found")
+        return record
+
+    async def _add_progress(self, record: ExperimentRecord) -> None:
+        """Fills trials_by_state (from the trial jobs) and best_trial."""
+        experiment_id = record.experiment_id
+        trials = await self.store.trials(experiment_id)
+        indexes = sorted(trials)
+        jobs = dict(zip(indexes, await self.jobs.store.get_many([trials[i] for i in indexes]), strict=True))
+        counts: dict[int, int] = {}
+        for job_record in jobs.values():
+            if job_record is not None:
+                counts[job_record.job.state] = counts.get(job_record.job.state, 0) + 1
+        experiment = record.experiment
+        del experiment.trials_by_state[:]
+        for state in sorted(counts):
+            experiment.trials_by_state.add(state=state, count=counts[state])
+        values = await self.store.best_values(experiment_id)
+        if not values:
+            return
+        # Ties go to the earlier trial, so the answer does not change as later trials tie it.
+        best_index = max(values, key=lambda i: (values[i], -i))
+        best = experiment.best_trial
+        best.metric_value = _sign(experiment.mode) * values[best_index]
+        best.parameters.update(await self.store.plan_entry(experiment_id, best_index))
+        job_record = jobs.get(best_index)
+        if job_record is not None:
+            best.job = job_record.job.name
+            if job_record.job.HasField("latest_checkpoint"):
+                best.checkpoint.CopyFrom(job_record.job.latest_checkpoint)
+
+    # -- trials -----------------------------------------------------------------------------
+
+    async def fill(self, experiment_id: str) -> None:
+        """Creates trials while slots are free, then ends the experiment if nothing is left."""
+        record = await self.store.get(experiment_id)
+        if record is None:
+            return
+        prefix = trial_job_prefix(experiment_id)
+        while (index := await self.store.claim_trial(experiment_id, prefix)) >= 0:
+            await self._create_trial(record, index)
+        await self._finish_if_done(experiment_id)
+
+    async def _create_trial(self, record: ExperimentRecord, index: int) -> None:
+        experiment_id = record.experiment_id
+        experiment = record.experiment
+        parameters = await self.store.plan_entry(experiment_id, index)
+        job = job_pb2.Job()
+        job.CopyFrom(experiment.trial_template)
+        job.spec.config.CopyFrom(search.apply_to_config(experiment.trial_template.spec.config, parameters))
+        job.labels.update(experiment.labels)
+        job.display_name = f"{experiment.display_name or experiment_id} trial {index}"[:_MAX_DISPLAY_NAME]
+        job_id = f"{trial_job_prefix(experiment_id)}{index}"
+        try:
+            await self.jobs.create_trial(
+                job, experiment.name, search.to_trial_parameters(parameters), job_id=job_id,
+                request_id=f"{experiment.name}/trials/{index}",
+            )
+        except errors.AlreadyExists:
+            existing = await self.jobs.store.get(job_id)
+            if existing is None or existing.job.experiment != experiment.name:
+                # Someone's own job took the id: this trial cannot run under it; give the slot back.
+                log.error("trial %d of %s: job id %s is taken by another job", index, experiment.name, job_id)
+                await self.store.disown_trial(experiment_id, index, job_id)
+                return
+        await self.store.record_trial(experiment_id, index, job_id)
+        # A cancel that ran while this job was being created did not see it.
+        current = await self.store.get(experiment_id)
+        if current is not None and current.state == E.EXPERIMENT_STATE_CANCELLED:
+            self._cancel_job(f"jobs/{job_id}", current.experiment.state_reason)
+
+    async def _finish_if_done(self, experiment_id: str) -> None:
+        status, state = await self.store.end(experiment_id, "finish", now_ms())
+        if status == "ended":
+            log.info("experiment experiments/%s ended %s", experiment_id, E.Name(state))
+
+    # -- job callbacks ------------------------------------------------------------------------
+
+    async def on_metrics(self, job_name: str, attempt: int, report: common_pb2.MetricsReport) -> None:
+        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
+        if owner is None:
+            return
+        experiment_id, index = owner
+        ranking = await self._ranking(experiment_id)
+        if ranking is None:
+            return
+        value = report.metrics.get(ranking.metric)
+        if value is not None and not math.isnan(value):
+            await self.store.offer_value(experiment_id, index, ranking.sign * value)
+        if ranking.asha is None:
+            return
+        decision = await self._asha_state(experiment_id, ranking.asha).on_report(str(index), report)
+        if decision.stop:
+            self._stop_early(job_name, decision.reason)
+
+    async def on_terminal(self, job_name: str, state: int) -> None:
+        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
+        if owner is None:
+            return
+        experiment_id, index = owner
+        if await self.store.release_trial(experiment_id, index):
+            log.info("trial %s of experiments/%s ended %s", job_name, experiment_id, job_pb2.JobState.Name(state))
+        await self.fill(experiment_id)
+
+    def _stop_early(self, job_name: str, reason: str) -> None:
+        self._stop(job_name, self.jobs.stop_early, reason)
+
+    def _cancel_job(self, job_name: str, reason: str) -> None:
+        self._stop(job_name, self.jobs.cancel, reason)
+
+    def _stop(self, job_name: str, stop, reason: str) -> None:
+        # Not awaited: stopping waits for the run to end, which the caller (the dispatcher,
+        # inside its metrics callback) may be the one to observe. One stop per job at a time.
+        if job_name in self._stopping:
+            return
+        self._stopping.add(job_name)
+        task = self._spawn(stop(job_name, reason))
+        task.add_done_callback(lambda _: self._stopping.discard(job_name))
+
+    async def _ranking(self, experiment_id: str) -> _Ranking | None:
+        ranking = self._rankings.get(experiment_id)
+        if ranking is None:
+            record = await self.store.get(experiment_id)
+            if record is None:
+                return None
+            experiment = record.experiment
+            ranking = _Ranking(experiment.metric, _sign(experiment.mode), asha.config_from_proto(experiment))
+            self._rankings[experiment_id] = ranking
+        return ranking
+
+    def _asha_state(self, experiment_id: str, config: asha.AshaConfig) -> asha.AshaState:
+        return asha.AshaState(self.store.redis, keys.asha_rungs(experiment_id), keys.asha_stopped(experiment_id), config)
+
+    # -- cancel / delete ----------------------------------------------------------------------
+
+    async def cancel(self, name: str, reason: str = "") -> experiment_pb2.Experiment:
+        """Ends the experiment CANCELLED and cancels its unfinished trials (in the background:
+        a running trial ends once its run has stopped). A finished experiment is unchanged."""
+        experiment_id = experiment_id_from_name(name)
+        status, _ = await self.store.end(experiment_id, "cancel", now_ms(), reason or "cancelled by request")
+        if status == "missing":
+            raise errors.NotFound(f"{name} not found")
+        await self._cancel_trials(experiment_id)
+        return await self.get(name)
+
+    async def _cancel_trials(self, experiment_id: str) -> None:
+        record = await self.store.get(experiment_id)
+        if record is None or record.state != E.EXPERIMENT_STATE_CANCELLED:
+            return
+        trials = await self.store.trials(experiment_id)
+        for index in await self.store.active(experiment_id):
+            job_id = trials.get(index)
+            if job_id is None:
+                # Handed out but never created (a crash in between): nothing to cancel.
+                await self.store.release_trial(experiment_id, index)
+                continue
+            job_record = await self.jobs.store.get(job_id)
+            if job_record is None or is_terminal(job_record.job.state):
+                await self.store.release_trial(experiment_id, index)
+            else:
+                self._cancel_job(f"jobs/{job_id}", record.experiment.state_reason)
+
+    async def delete(self, name: str) -> None:
+        record = await self._record(name)
+        if record.state == E.EXPERIMENT_STATE_RUNNING:
+            raise errors.FailedPrecondition(f"{name} is running; cancel it first")
+        trials = await self.store.trials(record.experiment_id)
+        job_ids = list(trials.values())
+        for job_record in await self.jobs.store.get_many(job_ids):
+            if job_record is not None and not is_terminal(job_record.job.state):
+                raise errors.FailedPrecondition(f"{name}: trial {job_record.job.name} is still stopping")
+        for job_id in job_ids:
+            try:
+                await self.jobs.delete(f"jobs/{job_id}")
+            except errors.NotFound:
+                pass
+        await self.store.delete(record, job_ids)
+        self._rankings.pop(record.experiment_id, None)
+
+    # -- recovery -------------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """Catches up with whatever callbacks were missed (a crash, another replica's work)."""
+        for experiment_id in await self.store.ids_in_state(E.EXPERIMENT_STATE_RUNNING):
+            try:
+                await self._reconcile_running(experiment_id)
+            except Exception:  # noqa: BLE001 - one broken experiment must not stall the others
+                log.exception("reconciling experiments/%s failed", experiment_id)
+        for experiment_id in await self.store.ids_in_state(E.EXPERIMENT_STATE_CANCELLED):
+            if await self.store.active(experiment_id):
+                await self._cancel_trials(experiment_id)
+
+    async def _reconcile_running(self, experiment_id: str) -> None:
+        record = await self.store.get(experiment_id)
+        if record is None:
+            return
+        trials = await self.store.trials(experiment_id)
+        stopped = await self.store.asha_stopped(experiment_id)
+        for index in sorted(await self.store.active(experiment_id)):
+            job_id = trials.get(index)
+            if job_id is None:
+                await self._create_trial(record, index)
+                continue
+            job_record = await self.jobs.store.get(job_id)
+            if job_record is None or is_terminal(job_record.job.state):
+                await self.store.release_trial(experiment_id, index)
+            elif str(index) in stopped:
+                self._stop_early(job_record.job.name, stopped[str(index)])
+            elif job_record.job.HasField("latest_metrics"):
+                await self.on_metrics(job_record.job.name, 0, job_record.job.latest_metrics)
+        await self.fill(experiment_id)
+
+    def start(self) -> None:
+        """Reconciles at once (this may be a restart), then every reconcile_interval_s."""
+        self._loop_task = asyncio.get_running_loop().create_task(self._reconcile_loop())
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except Exception:  # noqa: BLE001 - a Redis blip must not end the loop
+                log.exception("experiment reconcile failed")
+            await asyncio.sleep(self.reconcile_interval_s)
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks, *([self._loop_task] if self._loop_task else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("experiment background task failed", exc_info=task.exception())
+
+
+def _sign(mode: int) -> int:
+    return -1 if mode == common_pb2.METRIC_MODE_MIN else 1
+
+
+def _validate(experiment: experiment_pb2.Experiment) -> list[search.TrialParameters]:
+    """Checks every client field; returns the plan. Every trial's job is checked like CreateJob."""
+    if len(experiment.display_name) > _MAX_DISPLAY_NAME:
+        raise errors.InvalidArgument("experiment.display_name", f"at most {_MAX_DISPLAY_NAME} characters")
+    if not experiment.metric:
+        raise errors.InvalidArgument("experiment.metric", "required: the reported metric that ranks trials")
+    if experiment.mode not in (common_pb2.METRIC_MODE_MIN, common_pb2.METRIC_MODE_MAX):
+        raise errors.InvalidArgument("experiment.mode", "must be METRIC_MODE_MIN or METRIC_MODE_MAX")
+    if experiment.max_concurrent_trials < 0:
+        raise errors.InvalidArgument("experiment.max_concurrent_trials", "must be >= 0 (0 means no limit)")
+    if not experiment.HasField("trial_template"):
+        raise errors.InvalidArgument("experiment.trial_template", "required")
+    validation.validate_labels(experiment.labels, "experiment.labels")
+    template = job_pb2.Job()
+    template.CopyFrom(experiment.trial_template)
+    template.labels.update(experiment.labels)
+    validation.validate_job(template, "experiment.trial_template")
+    asha.config_from_proto(experiment)
+    plan = search.expand(experiment)
+    for parameters in plan:
+        config: struct_pb2.Struct = search.apply_to_config(template.spec.config, parameters)
+        if config.ByteSize() > validation.MAX_CONFIG_BYTES:
+            raise errors.InvalidArgument(
+                "experiment.trial_template.spec.config", "at most 1 MiB serialized with a trial's parameters"
+            )
+    return plan
