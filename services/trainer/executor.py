@@ -64,6 +64,7 @@ class RunExecutor:
         self._storage_root = Path(storage_root)
         self._last_report: float | None = None
         self._reported_throughput = False
+        self.group: WorkerGroup | None = None
 
     def request_stop(self, state: str, reason: str, grace_s: float) -> None:
         if self._stop is None:
@@ -85,6 +86,7 @@ class RunExecutor:
         reusable = False
         try:
             group, warm = await self._acquire()
+            self.group = group
             if group is None:
                 return self._end(runs.STOPPED, "before its workers started")
             self._registry.transition(self.run_id, runs.STARTING, "worker group placed")
@@ -108,9 +110,18 @@ class RunExecutor:
 
     def _end(self, state: str, reason: str) -> None:
         """Moves the run to its terminal state; a stop that was asked decides the state."""
+        self._sync_checkpoints()
         if self._stop is not None:
             state, reason = self._stop.state, f"{self._stop.reason}{reason and '; ' + reason}"
         self._registry.transition(self.run_id, state, reason)
+
+    def _sync_checkpoints(self) -> None:
+        """Records a checkpoint committed on disk whose report died with its worker."""
+        store = CheckpointStore(self._paths.checkpoints)
+        latest = store.latest()
+        known = self._registry.get(self.run_id).latest_checkpoint
+        if latest is not None and (known is None or known["path"] != str(latest.path)):
+            self._registry.add_checkpoint(self.run_id, latest, store.best(self.spec.retention))
 
     async def _acquire(self) -> tuple[WorkerGroup | None, bool]:
         """The worker group, or None when a stop came first."""

@@ -29,6 +29,7 @@ from paddleray.services.trainer.logs import LogLine, LogReader
 from paddleray.services.trainer.pool import WorkerPool
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.spec import check_run_id, run_spec
+from paddleray.services.trainer.worker_group import WorkerGroup
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,11 @@ class Trainer:
                 if node.get("Alive")
             ],
         )
+
+    def active_group(self, name: str) -> WorkerGroup | None:
+        """The worker group a run is on right now (for operators and tests)."""
+        executor = self._executors.get(parse_run_name(name))
+        return executor.group if executor is not None else None
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)

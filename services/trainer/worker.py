@@ -26,6 +26,9 @@ from paddleray.services.trainer.logs import capture_output
 
 # Enough of a traceback to locate the failure in a run's state_reason.
 _TRACEBACK_CHARS = 2000
+# ctx.report() returns once the trainer has taken the report (so a process that dies right
+# after reporting loses nothing), or after this long if the trainer is slow to poll.
+_HANDOFF_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,23 @@ class WorkerActor:
                 items.append(self._reports.get_nowait())
         except queue.Empty:
             pass
-        outcome = next((item for item in items if isinstance(item, Outcome)), None)
-        return Poll([item for item in items if isinstance(item, Report)], outcome)
+        reports, outcome = [], None
+        for item in items:
+            if isinstance(item, Outcome):
+                outcome = item
+            else:
+                report, taken = item
+                reports.append(report)
+                taken.set()
+        return Poll(reports, outcome)
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _hand_over(self, report: Report) -> None:
+        taken = threading.Event()
+        self._reports.put((report, taken))
+        taken.wait(_HANDOFF_TIMEOUT_S)
 
     def _run(self, entrypoint: str, spec: ContextSpec) -> None:
         with capture_output(spec.paths.logs, spec.rank):
@@ -119,7 +134,7 @@ class WorkerActor:
             self._paddle.set_device(self._device)
             module_name, _, function_name = entrypoint.partition(":")
             function = getattr(importlib.import_module(module_name), function_name)
-            function(spec.config, TrainContext(spec, self._reports.put, self._stop))
+            function(spec.config, TrainContext(spec, self._hand_over, self._stop))
         except SystemExit as exc:
             if exc.code in (None, 0):
                 return Outcome(ok=True)

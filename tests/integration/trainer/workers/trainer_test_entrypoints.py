@@ -67,7 +67,7 @@ def rank_dies(config, ctx):
 
     value = paddle.to_tensor([1.0])
     dist.all_reduce(value)
-    ctx.report({"first_all_reduce": float(value)})
+    ctx.report({"first_all_reduce": float(value.numpy()[0])})
     if ctx.rank == 1:
         os._exit(3)
     dist.all_reduce(value)  # never completes: its peer is gone

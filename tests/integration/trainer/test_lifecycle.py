@@ -1,0 +1,85 @@
+"""Stops, timeouts, and resuming a killed run from its last checkpoint with no lost epochs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from google.protobuf import duration_pb2
+
+from paddleray.common.v1 import common_pb2
+from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
+
+pytestmark = pytest.mark.integration
+
+
+def _stop(client, name, grace_s):
+    request = trainer_service_pb2.StopRunRequest(
+        name=name, grace_period=duration_pb2.Duration(seconds=grace_s), reason="user asked"
+    )
+    return client.stub.StopRun(request, timeout=30).run
+
+
+def test_stop_is_graceful_when_user_code_checks_should_stop(client):
+    run = client.start("wait_for_stop")
+    client.wait_for(run.name, lambda r: r.state == run_pb2.RUN_STATE_RUNNING)
+    assert _stop(client, run.name, 30).state == run_pb2.RUN_STATE_STOPPING
+    done = client.wait_done(run.name)
+    assert done.state == run_pb2.RUN_STATE_STOPPED
+    assert done.state_reason == "user asked"
+    assert done.latest_metrics.metrics["stopped_gracefully"] == 1.0
+    assert _stop(client, run.name, 1).state == run_pb2.RUN_STATE_STOPPED, "stopping a finished run changes nothing"
+
+
+def test_stop_kills_ranks_that_ignore_it_after_the_grace_period(client):
+    run = client.start("ignore_stop", num_workers=2)
+    client.wait_for(run.name, lambda r: r.state == run_pb2.RUN_STATE_RUNNING)
+    _stop(client, run.name, 1)
+    done = client.wait_done(run.name, timeout=60)
+    assert done.state == run_pb2.RUN_STATE_STOPPED
+    assert "killed after the 1s grace period" in done.state_reason
+
+
+def test_timeout_ends_the_run_as_timed_out(client):
+    run = client.start("ignore_stop", timeout=duration_pb2.Duration(seconds=2))
+    done = client.wait_done(run.name, timeout=90)
+    assert done.state == run_pb2.RUN_STATE_TIMED_OUT
+    assert done.state_reason.startswith("ran past its timeout of 2s")
+
+
+def _epochs(client, name):
+    events = client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=name), timeout=120)
+    return [int(e.event.metrics.metrics["epoch"]) for e in events if e.event.HasField("metrics")]
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint_without_losing_epochs(client, tmp_path):
+    config = {"epochs": 6, "out_dir": str(tmp_path)}
+    crashed = client.wait_done(client.start("epochs", {**config, "crash_at_epoch": 5}).name)
+    assert crashed.state == run_pb2.RUN_STATE_FAILED and crashed.state_reason.startswith("rank 0 died:")
+    assert crashed.latest_checkpoint.epoch == 4
+    assert _epochs(client, crashed.name) == [1, 2, 3, 4]
+
+    resumed = client.start("epochs", config, resume_from=crashed.latest_checkpoint)
+    assert client.wait_done(resumed.name).state == run_pb2.RUN_STATE_SUCCEEDED
+    assert _epochs(client, resumed.name) == [5, 6]
+
+    straight = client.start("epochs", config)
+    assert client.wait_done(straight.name).state == run_pb2.RUN_STATE_SUCCEEDED
+    weights = {name: json.loads((tmp_path / f"{name.split('/')[-1]}.json").read_text()) for name in (resumed.name, straight.name)}
+    assert weights[resumed.name] == weights[straight.name], "model and optimizer state resumed exactly"
+
+
+def test_checkpoint_retention_and_best_checkpoint(client, tmp_path):
+    spec = client.spec("epochs", {"epochs": 4, "out_dir": str(tmp_path)})
+    spec.checkpoint_policy.CopyFrom(
+        common_pb2.CheckpointPolicy(keep_last=1, best_metric="loss", best_mode=common_pb2.METRIC_MODE_MIN)
+    )
+    run = client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=spec)).run
+    done = client.wait_done(run.name)
+    assert done.state == run_pb2.RUN_STATE_SUCCEEDED
+    assert done.latest_checkpoint.epoch == 4
+    assert done.best_checkpoint.metrics["loss"] <= done.latest_checkpoint.metrics["loss"]
+    from pathlib import Path
+
+    kept = sorted(p.name for p in Path(done.latest_checkpoint.uri).parent.iterdir())
+    assert len(kept) in (1, 2) and Path(done.best_checkpoint.uri).name in kept
