@@ -2,35 +2,34 @@
 
 from __future__ import annotations
 
-from paddleray.scheduler.v1 import (
-    experiment_service_pb2,
-    experiment_service_pb2_grpc,
-    job_service_pb2,
-    job_service_pb2_grpc,
-)
+from paddleray.scheduler.v1 import job_service_pb2, job_service_pb2_grpc
 from paddleray.services.common.entry import run
 from paddleray.services.common.server import ServiceRegistration, run_service
+from paddleray.services.scheduler import experiment_servicer
+from paddleray.services.scheduler.app import SchedulerApp
+from paddleray.services.scheduler.servicer import JobServicer
 from paddleray.services.scheduler.settings import SchedulerSettings
 
 
-def registrations(settings: SchedulerSettings) -> list[ServiceRegistration]:
+def registrations(app: SchedulerApp) -> list[ServiceRegistration]:
     return [
         ServiceRegistration(
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
-            job_service_pb2_grpc.JobServiceServicer(),
+            JobServicer(app.manager, app.trainer),
             job_service_pb2_grpc.add_JobServiceServicer_to_server,
         ),
-        ServiceRegistration(
-            experiment_service_pb2.DESCRIPTOR.services_by_name["ExperimentService"].full_name,
-            experiment_service_pb2_grpc.ExperimentServiceServicer(),
-            experiment_service_pb2_grpc.add_ExperimentServiceServicer_to_server,
-        ),
+        experiment_servicer.registration(app.experiments),
     ]
+
+
+async def serve(settings: SchedulerSettings) -> None:
+    app = SchedulerApp(settings)
+    await run_service("scheduler", settings, registrations(app), on_started=app.start, on_shutdown=app.stop)
 
 
 def main() -> None:
     settings = SchedulerSettings()
-    run(lambda: run_service("scheduler", settings, registrations(settings)))
+    run(lambda: serve(settings))
 
 
 if __name__ == "__main__":

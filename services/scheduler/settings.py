@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+import socket
+import uuid
+
+from pydantic import BaseModel, Field
 from pydantic_settings import SettingsConfigDict
 
 from paddleray.services.common.settings import ServiceSettings
+
+
+class TenantLimits(BaseModel):
+    """Caps on one tenant's dispatched (STARTING/RUNNING) jobs; -1 means no cap."""
+
+    max_jobs: int = Field(-1, ge=-1)
+    max_gpus: float = Field(-1, ge=-1)
+
+
+def _replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class SchedulerSettings(ServiceSettings):
@@ -13,3 +28,23 @@ class SchedulerSettings(ServiceSettings):
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding all scheduler state.")
     trainer_address: str = Field("127.0.0.1:50052", description="host:port of the trainer service.")
+    trainer_auth_token: str = Field("", description="Bearer token the trainer requires, if any.")
+    trainer_rpc_timeout_s: float = Field(30.0, gt=0, description="Deadline of unary calls to the trainer.")
+    replica_id: str = Field(default_factory=_replica_id, description="Owner name of this replica's leases.")
+    dispatch: bool = Field(True, description="Run the dispatcher; off serves the API only.")
+    dispatch_interval_s: float = Field(0.25, gt=0, description="Longest wait between dispatch passes.")
+    dispatch_window: int = Field(64, ge=1, description="Queued jobs considered per dispatch pass.")
+    lease_ttl_s: float = Field(10.0, gt=0, description="A dead replica's jobs are taken over after this.")
+    aging_s_per_priority: float = Field(
+        60.0, gt=0, description="Queue wait worth one priority point (aging, so nothing starves)."
+    )
+    events_cap: int = Field(10_000, ge=10, description="Events kept per job; older ones are trimmed.")
+    stop_wait_s: float = Field(15.0, ge=0, description="How long CancelJob waits for a running job to end.")
+    stop_grace_s: float = Field(10.0, ge=0, description="Grace period StopRun gives the ranks.")
+    default_tenant_limits: TenantLimits = Field(default_factory=TenantLimits)
+    tenant_limits: dict[str, TenantLimits] = Field(
+        default_factory=dict, description='Per-tenant caps as JSON, e.g. {"team-a": {"max_jobs": 4, "max_gpus": 2}}.'
+    )
+
+    def limits_for(self, tenant: str) -> TenantLimits:
+        return self.tenant_limits.get(tenant, self.default_tenant_limits)

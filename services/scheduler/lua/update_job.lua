@@ -48,11 +48,11 @@ while i < #ARGV do
     redis.call("ZREM", KEYS[5], id)
     redis.call("ZADD", KEYS[6], value, id)
   elseif op == "release" then
-    redis.call("HINCRBY", KEYS[8], "cpu_m", -tonumber(fields[5]))
-    redis.call("HINCRBY", KEYS[8], "gpu_m", -tonumber(fields[6]))
-    redis.call("HINCRBY", KEYS[8], "mem", -tonumber(fields[7]))
+    redis.call("HINCRBY", KEYS[8], "cpu_m", 0 - tonumber(fields[5]))
+    redis.call("HINCRBY", KEYS[8], "gpu_m", 0 - tonumber(fields[6]))
+    redis.call("HINCRBY", KEYS[8], "mem", 0 - tonumber(fields[7]))
     redis.call("HINCRBY", KEYS[9], "jobs", -1)
-    redis.call("HINCRBY", KEYS[9], "gpu_m", -tonumber(fields[6]))
+    redis.call("HINCRBY", KEYS[9], "gpu_m", 0 - tonumber(fields[6]))
     redis.call("ZREM", KEYS[7], id)
     redis.call("HSET", KEYS[1], "owner", "")
   end

@@ -1,0 +1,41 @@
+"""SchedulerApp: the scheduler's parts wired together, with start and stop.
+
+Built inside the event loop (grpc.aio channels bind to the loop that creates them).
+"""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from paddleray.services.scheduler.dispatcher import Dispatcher
+from paddleray.services.scheduler.experiment_store import ExperimentStore
+from paddleray.services.scheduler.experiments import ExperimentManager
+from paddleray.services.scheduler.jobs import JobManager
+from paddleray.services.scheduler.settings import SchedulerSettings
+from paddleray.services.scheduler.store import JobStore
+from paddleray.services.scheduler.trainer_client import TrainerClient
+
+
+class SchedulerApp:
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.settings = settings
+        # Blocking reads (WatchJob's XREAD) each hold a connection for up to a second.
+        self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=1024)
+        self.store = JobStore(self.redis, events_cap=settings.events_cap)
+        self.manager = JobManager(self.store, settings.aging_s_per_priority, settings.stop_wait_s)
+        self.trainer = TrainerClient(settings.trainer_address, settings.trainer_auth_token,
+                                     settings.trainer_rpc_timeout_s)
+        self.dispatcher = Dispatcher(self.manager, self.trainer, settings)
+        self.experiments = ExperimentManager(self.manager, ExperimentStore(self.redis))
+        self.experiments.register(self.manager.hooks)
+
+    async def start(self) -> None:
+        if self.settings.dispatch:
+            await self.dispatcher.start()
+        self.experiments.start()
+
+    async def stop(self) -> None:
+        await self.experiments.stop()
+        await self.dispatcher.stop()
+        await self.trainer.close()
+        await self.redis.aclose()

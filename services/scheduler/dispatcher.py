@@ -1,0 +1,197 @@
+"""Dispatcher: claims queued jobs that fit, fairly across tenants, and keeps their leases.
+
+One pass: move RETRYING jobs whose backoff ended back into the queue, read the queue's head
+(dispatch_window jobs in effective-priority order), ask the trainer for the cluster's
+resources, and claim jobs in order of their tenant's running jobs (fewest first), then queue
+order. A claim (lua/claim_job.lua) admits a job only when everything STARTING/RUNNING jobs
+already hold plus all of its workers fit the cluster, counted in exact milli-units, and its
+tenant is under its limits; it reserves, leases and marks the job STARTING in one step, so
+two replicas never dispatch one job. A job that does not fit stays queued while smaller
+ones behind it may start (backfill).
+
+Each claimed job gets a RunFollower task. Leases are renewed every lease_ttl/3; leases that
+expired (a crashed replica) are taken over and their jobs followed from where they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from grpc import aio
+from redis.exceptions import RedisError
+
+from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.scheduler import metrics
+from paddleray.services.scheduler.follower import RunFollower, deadline_s
+from paddleray.services.scheduler.jobs import IllegalTransition, JobManager, now_ts, state_event
+from paddleray.services.scheduler.resources import Amounts, from_cluster, milli
+from paddleray.services.scheduler.settings import SchedulerSettings
+from paddleray.services.scheduler.store import Claim, JobRecord
+from paddleray.services.scheduler.trainer_client import TrainerClient
+
+log = logging.getLogger(__name__)
+J = job_pb2.JobState
+_STATS_EVERY_S = 5.0
+
+
+class Dispatcher:
+    def __init__(self, manager: JobManager, trainer: TrainerClient, settings: SchedulerSettings) -> None:
+        self.manager = manager
+        self.store = manager.store
+        self.trainer = trainer
+        self.settings = settings
+        self.owner = settings.replica_id
+        self.lease_ms = int(settings.lease_ttl_s * 1000)
+        self.follower = RunFollower(manager, trainer, settings)
+        self.following: dict[str, asyncio.Task] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._wake = manager.queued
+        manager.stop_run = self._stop_run
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._dispatch_loop(), name="dispatch"),
+                       asyncio.create_task(self._lease_loop(), name="leases")]
+
+    async def stop(self) -> None:
+        """Stops dispatching and following; the leases lapse and another replica (or this
+        one restarted) takes the jobs over."""
+        tasks = [*self._tasks, *self.following.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.following.clear()
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        last_stats = 0.0
+        while True:
+            self._wake.clear()
+            try:
+                await self.store.promote_delayed()
+                await self.dispatch_once()
+                if time.monotonic() - last_stats > _STATS_EVERY_S:
+                    await self._export_stats()
+                    last_stats = time.monotonic()
+            except (RedisError, OSError, aio.AioRpcError) as exc:
+                log.warning("dispatch pass failed: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.dispatch_interval_s):
+                    await self._wake.wait()
+
+    async def dispatch_once(self) -> int:
+        """One pass; returns how many jobs were claimed."""
+        ids = await self.store.queue_head(self.settings.dispatch_window)
+        if not ids:
+            return 0
+        cluster = await self.trainer.cluster_resources()
+        reserved = await self.store.reserved()
+        # Ray's `available` already excludes what running jobs hold, but not what a job just
+        # claimed holds before its actors exist; `total` minus everything we reserved covers
+        # that. The Lua claim checks reserved + demand against this capacity atomically.
+        capacity = Amounts.minimum(from_cluster(cluster.total), from_cluster(cluster.available) + reserved)
+        records = [r for r in await self.store.get_many(ids) if r is not None]
+        usage = await self.store.tenant_jobs(sorted({r.job.tenant for r in records}))
+        position = {r.job_id: i for i, r in enumerate(records)}
+        blocked_tenants: set[str] = set()
+        claimed = 0
+        while records:
+            records.sort(key=lambda r: (usage.get(r.job.tenant, 0), position[r.job_id]))
+            record = records.pop(0)
+            if record.job.tenant in blocked_tenants:
+                continue
+            status = await self._claim(record, capacity)
+            if status == "ok":
+                usage[record.job.tenant] = usage.get(record.job.tenant, 0) + 1
+                claimed += 1
+            elif status == "tenant_limit":
+                blocked_tenants.add(record.job.tenant)
+        return claimed
+
+    async def _claim(self, record: JobRecord, capacity: Amounts) -> str:
+        job = job_pb2.Job()
+        job.CopyFrom(record.job)
+        deadline = deadline_s(job)
+        if deadline is not None and time.time() >= deadline:
+            # A retry whose backoff outlasted the job's timeout.
+            with contextlib.suppress(IllegalTransition):
+                await self.manager.transition(record.job_id, J.JOB_STATE_TIMED_OUT,
+                                              f"ran past its timeout of {job.timeout.ToJsonString()}")
+                metrics.TIMEOUTS.inc()
+            return "timed_out"
+        now = now_ts()
+        attempt = job.attempts.add(number=len(job.attempts) + 1, state=J.JOB_STATE_STARTING)
+        if attempt.number > 1 and job.HasField("latest_checkpoint"):
+            attempt.resumed_from.CopyFrom(job.latest_checkpoint)
+        if not job.HasField("start_time"):
+            job.start_time.CopyFrom(now)
+        reason = "dispatched" if attempt.number == 1 else f"retry {attempt.number - 1}"
+        job.state, job.state_reason = J.JOB_STATE_STARTING, reason
+        job.update_time.CopyFrom(now)
+        event = state_event(record.job.state, J.JOB_STATE_STARTING, reason, attempt.number)
+        limits = self.settings.limits_for(job.tenant)
+        result = await self.store.claim(
+            record, job, event, self.owner, self.lease_ms,
+            Claim(capacity, limits.max_jobs, milli(limits.max_gpus) if limits.max_gpus >= 0 else -1),
+        )
+        if result.ok:
+            waited = time.time() - (record.job.update_time.ToNanoseconds() / 1e9)
+            metrics.TIME_IN_QUEUE.observe(max(0.0, waited))
+            log.info("claimed %s (attempt %d)", job.name, attempt.number)
+            self._follow(record.job_id)
+        return result.status
+
+    # -- following and leases -------------------------------------------------------------
+
+    def _follow(self, job_id: str) -> None:
+        if job_id in self.following:
+            return
+        task = asyncio.create_task(self.follower.follow(job_id), name=f"follow-{job_id}")
+        self.following[job_id] = task
+        task.add_done_callback(lambda _t: self._followed(job_id, task))
+
+    def _followed(self, job_id: str, task: asyncio.Task) -> None:
+        if self.following.get(job_id) is task:
+            del self.following[job_id]
+        self._wake.set()  # a job ending frees room for queued ones
+
+    async def _lease_loop(self) -> None:
+        every = self.settings.lease_ttl_s / 3
+        while True:
+            try:
+                lost = await self.store.renew_leases(self.owner, list(self.following), self.lease_ms)
+                for job_id in lost:
+                    task = self.following.get(job_id)
+                    if task is not None and not task.done():
+                        # Another replica took it over after our lease lapsed: stop acting.
+                        # An ended job (owner cleared) is left to its follower to finish.
+                        record = await self.store.get(job_id)
+                        if record is None or record.owner not in ("", self.owner):
+                            task.cancel()
+                for job_id in await self.store.expired_leases():
+                    if await self.store.take_lease(job_id, self.owner, self.lease_ms):
+                        log.info("took over %s from a replica whose lease expired", job_id)
+                        metrics.TAKEOVERS.inc()
+                        self._follow(job_id)
+            except (RedisError, OSError) as exc:
+                log.warning("lease pass failed: %s", exc)
+            await asyncio.sleep(every)
+
+    async def _stop_run(self, run: str, reason: str) -> None:
+        try:
+            await self.trainer.stop_run(run, reason, self.settings.stop_grace_s)
+        except aio.AioRpcError as exc:
+            # The run's follower stops it too when it sees the stop intent.
+            log.warning("StopRun of %s failed: %s", run, exc.code().name)
+
+    async def _export_stats(self) -> None:
+        counts = await self.store.count_by_state()
+        for state, count in counts.items():
+            if state != J.JOB_STATE_UNSPECIFIED:
+                metrics.JOBS_BY_STATE.labels(state=J.Name(state).removeprefix("JOB_STATE_")).set(count)
+        metrics.QUEUE_DEPTH.set(await self.store.queue_depth())

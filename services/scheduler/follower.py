@@ -1,0 +1,281 @@
+"""RunFollower: drives one dispatched job, held under this replica's lease, to its next stop.
+
+For the job's current attempt it starts the trainer run (StartRun with request_id
+"<job>-attempt-<n>", so a restarted or second replica gets the same run back, never a second
+one), follows WatchRun from the last run event persisted (run_seq), persists metrics and
+checkpoints as job events, enforces the job's timeout, and ends the attempt: SUCCEEDED,
+RETRYING (with backoff, resuming from the newest checkpoint) or FAILED, or the state a stop
+asked for (CANCELLED, EARLY_STOPPED, TIMED_OUT). Every write names this replica as owner, so a
+follower whose lease was taken over can change nothing (LeaseLost) and just ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+from grpc import aio
+from redis.exceptions import RedisError
+
+from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common import errors
+from paddleray.services.common.logs import log_context
+from paddleray.services.scheduler import metrics
+from paddleray.services.scheduler.jobs import (
+    ACTIVE_STATES,
+    STOP_INTENTS,
+    IllegalTransition,
+    JobManager,
+    LeaseLost,
+    now_ts,
+)
+from paddleray.services.scheduler.settings import SchedulerSettings
+from paddleray.services.scheduler.store import JobRecord, now_ms
+from paddleray.services.scheduler.trainer_client import TRANSIENT, TrainerClient
+from paddleray.trainer.v1 import run_pb2
+from paddleray.trainer.v1 import trainer_service_pb2 as ts
+
+log = logging.getLogger(__name__)
+J = job_pb2.JobState
+R = run_pb2.RunState
+_RUN_TERMINAL = frozenset({R.RUN_STATE_SUCCEEDED, R.RUN_STATE_FAILED, R.RUN_STATE_STOPPED, R.RUN_STATE_TIMED_OUT})
+_RECONNECT_S = 0.5
+
+
+class _Gone(Exception):
+    """The job is no longer this follower's to drive (ended, deleted or taken over)."""
+
+
+def attempt_request_id(job_id: str, attempt: int) -> str:
+    return f"{job_id}-attempt-{attempt}"
+
+
+def backoff_s(policy, retry_number: int) -> float:
+    """Wait before retry `retry_number` (1-based): initial * multiplier^(n-1), capped."""
+    initial = policy.initial_backoff.ToNanoseconds() / 1e9 if policy.HasField("initial_backoff") else 1.0
+    cap = policy.max_backoff.ToNanoseconds() / 1e9 if policy.HasField("max_backoff") else 300.0
+    multiplier = policy.backoff_multiplier or 2.0
+    return min(cap, initial * multiplier ** (retry_number - 1))
+
+
+def deadline_s(job: job_pb2.Job) -> float | None:
+    """Epoch seconds when the job times out (its timeout counts from its first start)."""
+    if not job.HasField("timeout") or not job.HasField("start_time"):
+        return None
+    return job.start_time.ToNanoseconds() / 1e9 + job.timeout.ToNanoseconds() / 1e9
+
+
+class RunFollower:
+    def __init__(self, manager: JobManager, trainer: TrainerClient, settings: SchedulerSettings) -> None:
+        self.manager = manager
+        self.store = manager.store
+        self.trainer = trainer
+        self.settings = settings
+        self.owner = settings.replica_id
+
+    async def follow(self, job_id: str) -> None:
+        """Returns once the job left STARTING/RUNNING or is no longer ours."""
+        with log_context(job=job_id):
+            while True:
+                if asyncio.current_task().cancelling():
+                    raise asyncio.CancelledError  # grpc.aio may have turned it into a CANCELLED call
+                try:
+                    record = await self._mine(job_id)
+                    with log_context(attempt=record.job.attempts[-1].number):
+                        await self._step(record)
+                except (_Gone, LeaseLost, errors.NotFound):
+                    return
+                except IllegalTransition:
+                    continue  # the job moved meanwhile; _mine decides whether it is still ours
+                except (RedisError, OSError):
+                    log.exception("Redis failed while following; retrying")
+                    await asyncio.sleep(_RECONNECT_S)
+
+    async def _mine(self, job_id: str) -> JobRecord:
+        record = await self.store.get(job_id)
+        if record is None or record.owner != self.owner or record.job.state not in ACTIVE_STATES:
+            raise _Gone
+        return record
+
+    async def _step(self, record: JobRecord) -> None:
+        job_id, job = record.job_id, record.job
+        run = job.attempts[-1].run
+        deadline = deadline_s(job)
+        if not record.stop_intent and deadline is not None and time.time() >= deadline:
+            await self._ask_stop(record, "timeout", f"ran past its timeout of {job.timeout.ToJsonString()}")
+            return
+        if record.stop_intent and not run:
+            await self._end(record, STOP_INTENTS[record.stop_intent], record.stop_reason)
+            return
+        if not run:
+            await self._start(record)
+            return
+        if record.stop_intent:
+            await self._stop_run(run, record.stop_reason)
+        remaining = None if deadline is None or record.stop_intent else max(0.0, deadline - time.time())
+        try:
+            async with asyncio.timeout(remaining):
+                await self._watch(job_id, run, record.run_seq)
+        except TimeoutError:
+            pass  # the next step sees the deadline and stops the run
+
+    async def _start(self, record: JobRecord) -> None:
+        job_id, job = record.job_id, record.job
+        attempt = job.attempts[-1]
+        request = ts.StartRunRequest(spec=job.spec, request_id=attempt_request_id(job_id, attempt.number),
+                                     job=job.name, labels=job.labels)
+        if attempt.HasField("resumed_from"):
+            request.resume_from.CopyFrom(attempt.resumed_from)
+        deadline = deadline_s(job)
+        if deadline is not None:
+            request.timeout.FromNanoseconds(int(max(0.001, deadline - time.time()) * 1e9))
+        claimed = time.monotonic()
+        try:
+            run = await self.trainer.start_run(request)
+        except aio.AioRpcError as exc:
+            if exc.code() in TRANSIENT:
+                log.warning("StartRun failed for now (%s); retrying", exc.code().name)
+                await asyncio.sleep(_RECONNECT_S)
+                return
+            await self._end(record, J.JOB_STATE_FAILED, f"the trainer refused the run: {exc.details()}")
+            return
+        metrics.DISPATCH_LATENCY.observe(time.monotonic() - claimed)
+        while True:
+            updated = job_pb2.Job()
+            updated.CopyFrom(record.job)
+            updated.attempts[-1].run = run.name
+            updated.attempts[-1].start_time.CopyFrom(now_ts())
+            if await self.manager.update(record, updated, owner=self.owner):
+                log.info("attempt started as %s", run.name)
+                return
+            record = await self._mine(job_id)
+            if record.job.attempts[-1].run:
+                return
+
+    async def _watch(self, job_id: str, run: str, after: int) -> None:
+        try:
+            async for event in self.trainer.watch_run(run, after):
+                await self._persist(job_id, event)
+        except aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED and asyncio.current_task().cancelling():
+                # grpc.aio reports our own task's cancellation as a CANCELLED call.
+                raise asyncio.CancelledError from exc
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                await self._run_lost(job_id, run)
+                return
+            log.warning("WatchRun of %s broke (%s); reconnecting", run, exc.code().name)
+            await asyncio.sleep(_RECONNECT_S)
+            return
+        # The stream ended: normally after the terminal event (persisted above); otherwise the
+        # trainer went away mid-stream, and the next step resumes from run_seq.
+        try:
+            state = (await self.trainer.get_run(run)).state
+        except aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                await self._run_lost(job_id, run)
+            else:
+                await asyncio.sleep(_RECONNECT_S)
+            return
+        if state not in _RUN_TERMINAL:
+            await asyncio.sleep(_RECONNECT_S)
+
+    async def _persist(self, job_id: str, event: run_pb2.RunEvent) -> None:
+        """Makes one run event part of the job, exactly once (run_seq is written with it)."""
+        kind = event.WhichOneof("payload")
+        while True:
+            record = await self._mine(job_id)
+            if event.sequence <= record.run_seq:
+                return
+            attempt = record.job.attempts[-1].number
+            fields = {"run_seq": event.sequence}
+            if kind == "state_change":
+                await self._on_run_state(record, event.state_change, fields)
+                return
+            job = job_pb2.Job()
+            job.CopyFrom(record.job)
+            job_event = job_pb2.JobEvent(time=event.time, attempt=attempt)
+            if kind == "metrics":
+                job.latest_metrics.CopyFrom(event.metrics)
+                job_event.metrics.CopyFrom(event.metrics)
+            elif kind == "checkpoint":
+                job.latest_checkpoint.CopyFrom(event.checkpoint)
+                job_event.checkpoint.CopyFrom(event.checkpoint)
+            if await self.manager.update(record, job, [job_event] if kind else [], owner=self.owner, fields=fields):
+                if kind == "metrics":
+                    await self.manager.hooks.metrics(job.name, attempt, event.metrics)
+                return
+
+    async def _on_run_state(self, record: JobRecord, change: run_pb2.RunStateChange, fields: dict) -> None:
+        to = change.to_state
+        if to == R.RUN_STATE_RUNNING and record.job.state == J.JOB_STATE_STARTING:
+            def running(job: job_pb2.Job) -> None:
+                job.attempts[-1].state = J.JOB_STATE_RUNNING
+
+            await self._transition(record, J.JOB_STATE_RUNNING, "run started", running, fields)
+        elif to == R.RUN_STATE_SUCCEEDED:
+            await self._end(record, J.JOB_STATE_SUCCEEDED, change.reason or "run succeeded", fields)
+        elif to == R.RUN_STATE_TIMED_OUT:
+            await self._end(record, J.JOB_STATE_TIMED_OUT, change.reason or "run timed out", fields)
+        elif to == R.RUN_STATE_STOPPED and record.stop_intent:
+            await self._end(record, STOP_INTENTS[record.stop_intent], record.stop_reason, fields)
+        elif to == R.RUN_STATE_STOPPED:
+            await self._failed(record, f"run stopped outside the scheduler: {change.reason}", fields)
+        elif to == R.RUN_STATE_FAILED:
+            await self._failed(record, change.reason or "run failed", fields)
+        else:
+            job = job_pb2.Job()
+            job.CopyFrom(record.job)
+            await self.manager.update(record, job, owner=self.owner, fields=fields)
+
+    async def _run_lost(self, job_id: str, run: str) -> None:
+        record = await self._mine(job_id)
+        if record.stop_intent:
+            await self._end(record, STOP_INTENTS[record.stop_intent], record.stop_reason)
+        else:
+            await self._failed(record, f"the trainer lost {run}")
+
+    async def _failed(self, record: JobRecord, reason: str, fields: dict | None = None) -> None:
+        job = record.job
+        retries_used = len(job.attempts) - 1
+        deadline = deadline_s(job)
+        if retries_used < job.retry_policy.max_retries and (deadline is None or time.time() < deadline):
+            wait = backoff_s(job.retry_policy, retries_used + 1)
+
+            def retrying(j: job_pb2.Job) -> None:
+                j.attempts[-1].state = J.JOB_STATE_FAILED
+                j.attempts[-1].failure_reason = reason
+                j.attempts[-1].end_time.CopyFrom(now_ts())
+
+            await self._transition(record, J.JOB_STATE_RETRYING, f"attempt failed: {reason}; retry in {wait:.1f}s",
+                                   retrying, fields, delay_until_ms=now_ms() + int(wait * 1000))
+            metrics.RETRIES.inc()
+            return
+
+        def failed(j: job_pb2.Job) -> None:
+            j.attempts[-1].failure_reason = reason
+
+        await self._transition(record, J.JOB_STATE_FAILED, reason, failed, fields)
+
+    async def _end(self, record: JobRecord, state: int, reason: str, fields: dict | None = None) -> None:
+        if state == J.JOB_STATE_TIMED_OUT:
+            metrics.TIMEOUTS.inc()
+        await self._transition(record, state, reason, None, fields)
+
+    async def _transition(self, record, state, reason, mutate, fields, delay_until_ms=None) -> None:
+        await self.manager.transition(record.job_id, state, reason, mutate=mutate, owner=self.owner, fields=fields,
+                                      delay_until_ms=delay_until_ms, expect=ACTIVE_STATES)
+
+    async def _ask_stop(self, record: JobRecord, intent: str, reason: str) -> None:
+        job = job_pb2.Job()
+        job.CopyFrom(record.job)
+        await self.manager.update(record, job, owner=self.owner, fields={"stop_intent": intent, "stop_reason": reason})
+
+    async def _stop_run(self, run: str, reason: str) -> None:
+        try:
+            await self.trainer.stop_run(run, reason, self.settings.stop_grace_s)
+        except aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                log.warning("StopRun of %s failed (%s); will retry", run, exc.code().name)
+                await asyncio.sleep(_RECONNECT_S)

@@ -1,0 +1,146 @@
+"""Dispatch end to end through gRPC: scheduler (in process) -> scripted trainer (real gRPC)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from support_scheduler import make_job
+
+from paddleray.scheduler.v1 import job_pb2
+from paddleray.scheduler.v1 import job_service_pb2 as js
+from paddleray.services.scheduler import keys
+
+pytestmark = pytest.mark.integration
+J = job_pb2.JobState
+
+
+async def test_job_runs_to_success_with_metrics_and_checkpoints_as_events(stack_factory):
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"steps": 4, "checkpoint_every": 2}), job_id="ok")
+        done = await stack.wait_terminal(job.name)
+        assert done.state == J.JOB_STATE_SUCCEEDED, done.state_reason
+        assert len(done.attempts) == 1 and done.attempts[0].run and done.attempts[0].state == J.JOB_STATE_SUCCEEDED
+        assert done.latest_metrics.step == 4 and done.latest_checkpoint.step == 4
+        assert done.start_time.seconds and done.end_time.seconds
+        events = await stack.events(job.name)
+        assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+        states = [e.state_change.to_state for e in events if e.WhichOneof("payload") == "state_change"]
+        assert states == [J.JOB_STATE_QUEUED, J.JOB_STATE_STARTING, J.JOB_STATE_RUNNING, J.JOB_STATE_SUCCEEDED]
+        assert [e.metrics.step for e in events if e.WhichOneof("payload") == "metrics"] == [1, 2, 3, 4]
+        assert [e.checkpoint.step for e in events if e.WhichOneof("payload") == "checkpoint"] == [2, 4]
+        assert stack.fake.runs_created == {"ok-attempt-1": 1}
+        # Everything it held is given back.
+        reserved = await stack.app.redis.hgetall(keys.reserved())
+        assert {k: int(v) for k, v in reserved.items()} == {b"cpu_m": 0, b"gpu_m": 0, b"mem": 0}
+        assert await stack.app.redis.zcard(keys.leases()) == 0
+
+
+async def test_failed_attempt_retries_from_its_last_checkpoint(stack_factory):
+    async with stack_factory() as stack:
+        spec = {"steps": 6, "checkpoint_every": 2, "fail_at_step": 5, "fail_times": 1}
+        job = await stack.create(make_job(config=spec, max_retries=2), job_id="retry")
+        done = await stack.wait_terminal(job.name)
+        assert done.state == J.JOB_STATE_SUCCEEDED, done.state_reason
+        assert [a.state for a in done.attempts] == [J.JOB_STATE_FAILED, J.JOB_STATE_SUCCEEDED]
+        assert "step 5" in done.attempts[0].failure_reason
+        assert done.attempts[1].resumed_from.step == 4
+        second = stack.fake.runs[done.attempts[1].run].run
+        assert second.resume_from.step == 4
+        assert stack.fake.runs_created == {"retry-attempt-1": 1, "retry-attempt-2": 1}
+        states = [e.state_change.to_state for e in await stack.events(job.name) if e.WhichOneof("payload") == "state_change"]
+        assert J.JOB_STATE_RETRYING in states
+
+
+async def test_retries_are_bounded_by_max_retries(stack_factory):
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"fail_at_step": 1, "fail_times": 10}, max_retries=2), job_id="bad")
+        done = await stack.wait_terminal(job.name)
+        assert done.state == J.JOB_STATE_FAILED
+        assert len(done.attempts) == 3 and all(a.state == J.JOB_STATE_FAILED for a in done.attempts)
+
+
+async def test_timeout_stops_the_run_and_ends_timed_out(stack_factory):
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"hang": True, "step_s": 0.05}, timeout_s=1.0), job_id="slow")
+        done = await stack.wait_terminal(job.name)
+        assert done.state == J.JOB_STATE_TIMED_OUT
+        assert "timeout" in done.state_reason
+        run = stack.fake.runs[done.attempts[0].run].run
+        assert run.state in (stack.fake.runs[done.attempts[0].run].run.state,)
+        assert run.state != 3  # not left RUNNING on the trainer
+
+
+async def test_cancel_running_job_stops_its_run(stack_factory):
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"hang": True}), job_id="c")
+        await _wait_state(stack, job.name, J.JOB_STATE_RUNNING)
+        cancelled = (await stack.stub.CancelJob(js.CancelJobRequest(name=job.name, reason="user said so"))).job
+        assert cancelled.state == J.JOB_STATE_CANCELLED and cancelled.state_reason == "user said so"
+        run = cancelled.attempts[0].run
+        assert stack.fake.stop_calls[run] >= 1 and stack.fake.runs[run].run.state == 7  # RUN_STATE_STOPPED
+
+
+async def test_lost_run_is_retried(stack_factory):
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"steps": 4, "lose_at_step": 2}, max_retries=1), job_id="lost")
+        done = await stack.wait_terminal(job.name)
+        assert done.state == J.JOB_STATE_SUCCEEDED, done.state_reason
+        assert "lost" in done.attempts[0].failure_reason
+
+
+async def test_fractional_gpus_fill_one_card_exactly(stack_factory):
+    async with stack_factory(cpus=8, gpus=1) as stack:
+        for job_id, gpus in (("g1", 0.5), ("g2", 0.25), ("g3", 0.25), ("g4", 0.25)):
+            await stack.create(make_job(cpus=0.5, gpus=gpus, config={"hang": True}), job_id=job_id)
+        for name in ("jobs/g1", "jobs/g2", "jobs/g3"):
+            await _wait_state(stack, name, J.JOB_STATE_RUNNING)
+        await asyncio.sleep(0.5)  # several dispatch passes
+        assert (await stack.get("jobs/g4")).state == J.JOB_STATE_QUEUED
+        assert stack.fake.max_concurrent_gpu == 1.0
+        await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/g2"))
+        await _wait_state(stack, "jobs/g4", J.JOB_STATE_RUNNING)
+
+
+async def test_priority_then_fifo_and_tenant_job_limit(stack_factory):
+    from paddleray.services.scheduler.settings import TenantLimits
+
+    async with stack_factory(cpus=1, tenant_limits={"greedy": TenantLimits(max_jobs=1)}) as stack:
+        await stack.create(make_job(config={"hang": True}), job_id="blocker")
+        await _wait_state(stack, "jobs/blocker", J.JOB_STATE_RUNNING)
+        await stack.create(make_job(config={"steps": 1}), job_id="low")
+        await stack.create(make_job(config={"steps": 1}, priority=10), job_id="high")
+        await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/blocker"))
+        high, low = await stack.wait_terminal("jobs/high"), await stack.wait_terminal("jobs/low")
+        assert high.start_time.ToNanoseconds() < low.start_time.ToNanoseconds()
+    async with stack_factory(cpus=8, tenant_limits={"greedy": TenantLimits(max_jobs=1)}) as stack:
+        for i in range(3):
+            await stack.create(make_job(tenant="greedy", config={"hang": True}), job_id=f"greedy-{i}")
+        await stack.create(make_job(tenant="polite", config={"hang": True}), job_id="polite-0")
+        await _wait_state(stack, "jobs/polite-0", J.JOB_STATE_RUNNING)
+        await asyncio.sleep(0.5)
+        states = [(await stack.get(f"jobs/greedy-{i}")).state for i in range(3)]
+        assert states.count(J.JOB_STATE_RUNNING) == 1 and states.count(J.JOB_STATE_QUEUED) == 2
+
+
+async def test_get_job_logs_proxies_the_runs_logs(stack_factory):
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"steps": 1}), job_id="logs")
+        with pytest.raises(grpc.aio.AioRpcError) as not_started:
+            async for _ in stack.stub.GetJobLogs(js.GetJobLogsRequest(name="jobs/nope")):
+                pass
+        assert not_started.value.code() == grpc.StatusCode.NOT_FOUND
+        done = await stack.wait_terminal(job.name)
+        lines = [line async for r in stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name, tail_lines=2))
+                 for line in r.lines]
+        assert [line.text for line in lines] == [f"{done.attempts[0].run} line {i}" for i in (3, 4)]
+
+
+async def _wait_state(stack, name: str, state: int, timeout: float = 30) -> job_pb2.Job:
+    async with asyncio.timeout(timeout):
+        while True:
+            job = await stack.get(name)
+            if job.state == state:
+                return job
+            await asyncio.sleep(0.05)
