@@ -157,7 +157,7 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         sent = request.after_sequence
         while True:
             async with fake.changed:
-                await fake.changed.wait_for(lambda: len(fake.events) > sent or request.name not in self.runs)
+                await fake.changed.wait_for(lambda after=sent: len(fake.events) > after or request.name not in self.runs)
                 pending = fake.events[sent:]
             if not pending:
                 return  # forgotten (lose_at_step): the stream just ends

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from google.protobuf import duration_pb2
+
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 

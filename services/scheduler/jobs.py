@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from google.protobuf import timestamp_pb2
+
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors
 from paddleray.services.scheduler import validation

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 import redis.asyncio as aioredis
+
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common.errors import InvalidArgument
 from paddleray.services.scheduler import keys

@@ -10,6 +10,7 @@ import math
 import re
 
 from google.protobuf import duration_pb2
+
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common.errors import InvalidArgument

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis.asyncio as aioredis
+
 from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.store import JobStore
 

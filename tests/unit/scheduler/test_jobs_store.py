@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support_scheduler import make_job
+
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.jobs import IllegalTransition
-from support_scheduler import make_job
 
 pytestmark = pytest.mark.unit
 J = job_pb2.JobState
