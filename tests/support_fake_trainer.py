@@ -62,6 +62,8 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         self.stop_calls: collections.Counter[str] = collections.Counter()
         self.job_attempts: collections.Counter[str] = collections.Counter()
         self.max_concurrent_gpu = 0.0
+        # Jobs that ever had two live runs at once (must stay empty).
+        self.overlapping_jobs: set[str] = set()
         self._ids = itertools.count(1)
 
     # -- test helpers -----------------------------------------------------------------------
@@ -86,6 +88,8 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
             run.resume_from.CopyFrom(request.resume_from)
         if request.HasField("timeout"):
             run.timeout.CopyFrom(request.timeout)
+        if any(r.run.job == request.job for r in self.live()):
+            self.overlapping_jobs.add(request.job)
         fake = FakeRun(run)
         self.runs[run.name] = fake
         self.by_request[request.request_id] = run.name

@@ -26,3 +26,72 @@ def make_job(entrypoint: str = "pkg.train:main", *, cpus: float = 1.0, gpus: flo
     if timeout_s is not None:
         job.timeout.FromNanoseconds(int(timeout_s * 1e9))
     return job
+
+
+class SchedulerProcess:
+    """`python -m paddleray.services.scheduler` as a real child process, killable with SIGKILL."""
+
+    def __init__(self, redis_url: str, trainer_address: str, log_dir, **settings) -> None:
+        import os
+
+        from support import free_port
+
+        self.port = free_port()
+        self.log_dir = log_dir
+        self.env = {
+            **os.environ,
+            "PADDLERAY_SCHEDULER_REDIS_URL": redis_url,
+            "PADDLERAY_SCHEDULER_TRAINER_ADDRESS": trainer_address,
+            "PADDLERAY_SCHEDULER_PORT": str(self.port),
+            "PADDLERAY_SCHEDULER_LEASE_TTL_S": "2",
+            "PADDLERAY_SCHEDULER_DISPATCH_INTERVAL_S": "0.05",
+            "PADDLERAY_SCHEDULER_GRACE_PERIOD_S": "0",
+            **{f"PADDLERAY_SCHEDULER_{k.upper()}": str(v) for k, v in settings.items()},
+        }
+        self.proc = None
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_path(self):
+        return self.log_dir / f"scheduler-{self.port}-{self.starts}.log"
+
+    async def start(self) -> None:
+        """Starts it and waits until it answers, polling with asyncio.sleep so that servers
+        on the caller's event loop (the fake trainer) keep serving meanwhile."""
+        import asyncio
+        import subprocess
+        import sys
+
+        from grpc import aio
+
+        from paddleray.scheduler.v1 import job_service_pb2 as js
+        from paddleray.scheduler.v1 import job_service_pb2_grpc
+
+        self.starts += 1
+        with open(self.log_path(), "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=self.env,
+                                         stdout=log, stderr=log)
+        async with asyncio.timeout(60):
+            while True:
+                assert self.proc.poll() is None, self.log_path().read_text()
+                async with aio.insecure_channel(self.address) as channel:
+                    try:
+                        await job_service_pb2_grpc.JobServiceStub(channel).ListJobs(js.ListJobsRequest(page_size=1),
+                                                                                    timeout=1)
+                        return
+                    except aio.AioRpcError:
+                        await asyncio.sleep(0.1)
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
