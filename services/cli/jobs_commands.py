@@ -11,6 +11,7 @@ import typer
 from google.protobuf import duration_pb2, json_format, struct_pb2
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2
@@ -146,7 +147,7 @@ def logs(
     try:
         for response in clients.jobs.GetJobLogs(request, metadata=clients.metadata):
             for line in response.lines:
-                console.print(f"[dim][rank {line.rank}][/dim] {line.text}", highlight=False, markup=False)
+                console.print(Text.assemble((f"[rank {line.rank}] ", "dim"), line.text), highlight=False)
     except grpc.RpcError as error:
         raise _fail(error) from None
 
