@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import logging
 import math
+import re
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -39,11 +40,13 @@ log = logging.getLogger(__name__)
 
 E = experiment_pb2.ExperimentState
 _MAX_DISPLAY_NAME = 256
+# Same form as job ids: trial job ids are derived from it.
+_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
 
 def experiment_id_from_name(name: str, field: str = "name") -> str:
     experiment_id = name.removeprefix("experiments/")
-    if not name.startswith("experiments/") or not validation._ID.fullmatch(experiment_id):
+    if not name.startswith("experiments/") or not _ID.fullmatch(experiment_id):
         raise errors.InvalidArgument(field, "must be 'experiments/{experiment_id}'")
     return experiment_id
 
@@ -87,7 +90,7 @@ class ExperimentManager:
         """Validates, expands the plan, stores both durably, then starts the first trials."""
         if experiment is None:
             raise errors.InvalidArgument("experiment", "required")
-        if experiment_id and not validation._ID.fullmatch(experiment_id):
+        if experiment_id and not _ID.fullmatch(experiment_id):
             raise errors.InvalidArgument("experiment_id", "must be 1-63 characters of [a-z0-9-] starting with a letter")
         if len(request_id) > 128:
             raise errors.InvalidArgument("request_id", "at most 128 characters")

@@ -89,6 +89,16 @@ async def test_create_stores_the_plan_and_starts_only_max_concurrent_trials(swee
     assert [(c.state, c.count) for c in exp.trials_by_state] == [(J.JOB_STATE_QUEUED, 2)]
 
 
+async def test_trial_job_ids_of_a_long_experiment_id_stay_valid_job_ids(sweep):
+    long_id = "a" + "b" * 62
+    await sweep.create(make_experiment(lrs=(0.1, 0.2)), long_id)
+    trials = await sweep.store.trials(long_id)
+    assert len(trials) == 2 and len(set(trials.values())) == 2
+    for index, job_id in trials.items():
+        assert len(job_id) <= 63 and job_id.endswith(f"-t{index}")
+        assert (await sweep.jobs.get(f"jobs/{job_id}")).experiment == f"experiments/{long_id}"
+
+
 async def test_a_repeated_request_id_returns_the_first_experiment_and_a_taken_id_is_refused(sweep):
     first = await sweep.create(make_experiment(), "", request_id="req-1")
     again = await sweep.create(make_experiment(lrs=(9.0,)), "", request_id="req-1")
