@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -67,8 +68,9 @@ def job_id_from_name(name: str, field: str = "name") -> str:
 
 
 def now_ts() -> timestamp_pb2.Timestamp:
+    # FromNanoseconds: GetCurrentTime goes through datetime and costs several times more.
     ts = timestamp_pb2.Timestamp()
-    ts.GetCurrentTime()
+    ts.FromNanoseconds(time.time_ns())
     return ts
 
 

@@ -6,6 +6,7 @@ own field prefix), so that a sweep never queues trials CreateJob would reject.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -176,6 +177,11 @@ def _duration_s(d: duration_pb2.Duration, field: str) -> float:
     return d.seconds + d.nanos / 1e9
 
 
+@functools.cache
+def _enum_values(enum) -> frozenset[int]:
+    return frozenset(enum.values())
+
+
 def _enum(enum, value: int, field: str) -> None:
-    if value not in enum.values():
+    if value not in _enum_values(enum):
         raise InvalidArgument(field, f"unknown value {value}")
