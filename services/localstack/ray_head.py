@@ -41,6 +41,8 @@ class RayHead:
     num_gpus: int = 0
     port: int = field(default_factory=free_port)
     log_file: Path | None = None
+    # The dashboard serves Ray's Jobs API (the dispatch benchmark's baseline); off otherwise.
+    dashboard_port: int | None = None
     process: subprocess.Popen | None = None
 
     @property
@@ -52,7 +54,11 @@ class RayHead:
         args = [
             ray_executable(), "start", "--head", "--block",
             f"--port={self.port}", f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}",
-            "--include-dashboard=false", "--disable-usage-stats",
+            *(
+                ["--include-dashboard=true", f"--dashboard-port={self.dashboard_port}"]
+                if self.dashboard_port else ["--include-dashboard=false"]
+            ),
+            "--disable-usage-stats",
             # Ports of its own, so that several heads (parallel test runs) never clash.
             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
             f"--dashboard-agent-grpc-port={free_port()}", f"--metrics-export-port={free_port()}",
