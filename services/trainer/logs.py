@@ -9,6 +9,7 @@ directory as `<unix time>\\t<text>`.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 import threading
@@ -38,8 +39,8 @@ def capture_output(log_dir: Path, rank: int) -> Iterator[None]:
     log_dir.mkdir(parents=True, exist_ok=True)
     saved: dict[int, int] = {}
     readers: list[threading.Thread] = []
+    python_streams = sys.stdout, sys.stderr
     _flush_python_streams()
-    buffering = sys.stdout.line_buffering if hasattr(sys.stdout, "line_buffering") else None
     try:
         for stream, fd in STREAMS.items():
             read_end, write_end = os.pipe()
@@ -51,19 +52,24 @@ def capture_output(log_dir: Path, rank: int) -> Iterator[None]:
             )
             reader.start()
             readers.append(reader)
-        # Line-buffered so that a follower sees each print as it happens.
-        if buffering is not None:
-            sys.stdout.reconfigure(line_buffering=True)
+        # Python's streams may have been replaced (by Ray, by a test runner): write straight to
+        # the fds, line-buffered so that a follower sees each print as it happens.
+        sys.stdout, sys.stderr = (_line_writer(fd) for fd in STREAMS.values())
         yield
     finally:
         _flush_python_streams()
-        if buffering is not None:
-            sys.stdout.reconfigure(line_buffering=buffering)
+        sys.stdout, sys.stderr = python_streams
         for fd, original in saved.items():
             os.dup2(original, fd)  # closes the pipe's last write end: its reader sees EOF
             os.close(original)
         for reader in readers:
             reader.join(timeout=5)
+
+
+def _line_writer(fd: int) -> io.TextIOWrapper:
+    return io.TextIOWrapper(
+        os.fdopen(fd, "wb", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+    )
 
 
 def _flush_python_streams() -> None:

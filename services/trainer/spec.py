@@ -114,9 +114,6 @@ def run_spec(
         if read_checkpoint(resume_from_uri) is None:
             raise errors.InvalidArgument("resume_from.uri", "must be a complete checkpoint directory (with its manifest)")
         resume_from = str(Path(resume_from_uri))
-    names = [d.name for d in spec.datasets]
-    if any(not n for n in names) or len(set(names)) != len(names):
-        raise errors.InvalidArgument("spec.datasets.name", "must be non-empty and unique")
     return RunSpec(
         entrypoint=spec.entrypoint,
         config=json_format.MessageToDict(spec.config),

@@ -127,6 +127,11 @@ class Trainer:
             run_id = f"run-{uuid.uuid4().hex[:12]}"
         resume_uri = resume_from.uri if resume_from is not None else ""
         parsed = run_spec(spec, self.settings.entrypoint_allowlist, timeout_s, resume_uri)
+        if spec.datasets:
+            from paddleray.services.trainer.datasets import resolve_datasets
+
+            # A bad path or format fails the request, not the run later.
+            await asyncio.to_thread(resolve_datasets, spec.datasets, self.storage_root)
         record = self.registry.add(
             runs.RunRecord(
                 run_id=run_id,

@@ -26,7 +26,7 @@ from paddleray.services.trainer.logs import capture_output
 
 # Enough of a traceback to locate the failure in a run's state_reason.
 _TRACEBACK_CHARS = 2000
-# ctx.report() returns once the trainer has taken the report (so a process that dies right
+# ctx.report() returns once the trainer has received the report (so a process that dies right
 # after reporting loses nothing), or after this long if the trainer is slow to poll.
 _HANDOFF_TIMEOUT_S = 10.0
 
@@ -60,6 +60,7 @@ class WorkerActor:
         self._reports: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._unacknowledged: list[threading.Event] = []
 
     def info(self) -> dict:
         context = ray.get_runtime_context()
@@ -90,12 +91,20 @@ class WorkerActor:
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError("this worker is still running a function")
         self._reports = queue.Queue()
+        self._unacknowledged = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(entrypoint, spec), daemon=True, name="user-code")
         self._thread.start()
 
     def next_reports(self, timeout_s: float) -> Poll:
-        """Reports since the last call, waiting up to timeout_s for the first one."""
+        """Reports since the last call, waiting up to timeout_s for the first one.
+
+        The trainer calls again as soon as it has a reply, so a call also acknowledges the
+        reports of the previous one: only then do their ctx.report() calls return.
+        """
+        for taken in self._unacknowledged:
+            taken.set()
+        self._unacknowledged = []
         items = []
         try:
             items.append(self._reports.get(timeout=timeout_s))
@@ -110,7 +119,7 @@ class WorkerActor:
             else:
                 report, taken = item
                 reports.append(report)
-                taken.set()
+                self._unacknowledged.append(taken)
         return Poll(reports, outcome)
 
     def request_stop(self) -> None:

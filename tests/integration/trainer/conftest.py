@@ -22,9 +22,10 @@ TERMINAL = {
 }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def trainer_service(ray_cluster, tmp_path_factory):
-    """One trainer for the trainer tests, so warm groups carry over from test to test."""
+    """One trainer per test module: warm groups carry over from test to test, and are released
+    after the module so that they hold none of the shared head's CPUs for later tests."""
     settings = TrainerSettings(
         port=0,
         storage_root=tmp_path_factory.mktemp("trainer-storage"),

@@ -1,0 +1,37 @@
+"""The warm pool on the 2-CPU head: idle groups make room for other shapes and expire."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from paddleray.services.trainer import metrics
+from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
+from support import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_idle_groups_are_evicted_for_a_run_of_another_shape(client, trainer):
+    pair = client.wait_done(client.start("hello", {"lines": 0}, num_workers=2).name)
+    assert pair.state == run_pb2.RUN_STATE_SUCCEEDED
+    # The idle pair holds both CPUs; a single worker of a new shape still runs.
+    spec = client.spec("hello", {"lines": 0})
+    spec.runtime_env.env_vars["SHAPE"] = "other"
+    single = client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=spec)).run
+    assert client.wait_done(single.name).state == run_pb2.RUN_STATE_SUCCEEDED
+    assert not client.get(single.name).workers[0].warm
+    # Idle reservations count as available: nothing runs, so everything is available.
+    resources = client.stub.GetClusterResources(trainer_service_pb2.GetClusterResourcesRequest())
+    assert resources.available.num_cpus == resources.total.num_cpus == 2
+
+
+def test_idle_groups_are_released_after_their_ttl(client, trainer):
+    client.wait_done(client.start("hello", {"lines": 0}).name)
+    assert trainer.pool.idle_count() >= 1
+    released = trainer.pool.reap(now=time.monotonic() + trainer.pool.idle_ttl_s + 1)
+    assert released >= 1 and trainer.pool.idle_count() == 0
+    assert metrics.POOL_IDLE_GROUPS._value.get() == 0
+    wait_until(lambda: ray.available_resources().get("CPU", 0) == 2, timeout=60, message="the CPUs to be free")

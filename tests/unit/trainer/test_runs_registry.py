@@ -1,0 +1,87 @@
+"""RunRegistry: state machine, gap-free event sequences, watchers, and records that survive a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from paddleray.services.common import errors
+from paddleray.services.trainer import runs
+from paddleray.services.trainer.checkpoints import CheckpointInfo
+
+pytestmark = pytest.mark.unit
+
+
+def _record(run_id="r1", **fields):
+    return runs.RunRecord(run_id=run_id, spec={"entrypoint": "m:f", "numWorkers": 2}, **fields)
+
+
+def test_transitions_follow_the_state_machine(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record())
+    assert registry.transition("r1", runs.STARTING, "placed")
+    assert not registry.transition("r1", runs.SUCCEEDED), "STARTING cannot jump to SUCCEEDED"
+    assert registry.transition("r1", runs.RUNNING)
+    assert registry.get("r1").start_time is not None
+    assert registry.transition("r1", runs.SUCCEEDED)
+    assert registry.get("r1").terminal and registry.get("r1").end_time is not None
+    assert not registry.transition("r1", runs.FAILED), "terminal states are final"
+    kinds = [(e.sequence, e.data["to"]) for e in registry.events("r1")]
+    assert kinds == [(1, "PENDING"), (2, "STARTING"), (3, "RUNNING"), (4, "SUCCEEDED")]
+
+
+def test_duplicates_and_unknown_runs(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record(request_id="req"))
+    with pytest.raises(errors.AlreadyExists):
+        registry.add(_record())
+    with pytest.raises(errors.NotFound):
+        registry.get("missing")
+    assert registry.by_request_id("req").run_id == "r1"
+
+
+def test_records_and_events_survive_a_restart(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record("done", request_id="req-done"))
+    registry.transition("done", runs.STARTING)
+    registry.transition("done", runs.RUNNING)
+    registry.add_metrics("done", 3, {"loss": 0.5})
+    info = CheckpointInfo(tmp_path / "ckpt", step=3, epoch=1, metrics={"loss": 0.5}, create_time=1.0)
+    registry.add_checkpoint("done", info, info)
+    registry.transition("done", runs.SUCCEEDED)
+    registry.add(_record("active"))
+    registry.transition("active", runs.STARTING)
+
+    reloaded = runs.RunRegistry(tmp_path)
+    assert reloaded.load() == 2
+    done = reloaded.get("done")
+    assert done.state == runs.SUCCEEDED and done.latest_metrics == {"step": 3, "metrics": {"loss": 0.5}}
+    assert done.best_checkpoint["path"] == str(tmp_path / "ckpt")
+    assert [e.sequence for e in reloaded.events("done")] == [1, 2, 3, 4, 5, 6]
+    assert reloaded.by_request_id("req-done").run_id == "done"
+    active = reloaded.get("active")
+    assert active.state == runs.FAILED and "restarted" in active.state_reason
+    assert reloaded.events("active")[-1].sequence == 3
+    lines = (tmp_path / "runs" / "active" / "events.jsonl").read_text().splitlines()
+    assert [json.loads(line)["sequence"] for line in lines] == [1, 2, 3]
+
+
+async def test_watchers_get_every_event_then_end(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record())
+
+    async def collect(after):
+        return [e.sequence async for e in registry.watch("r1", after)]
+
+    early, late = asyncio.create_task(collect(0)), asyncio.create_task(collect(2))
+    await asyncio.sleep(0.01)
+    registry.transition("r1", runs.STARTING)
+    await asyncio.sleep(0.01)
+    registry.transition("r1", runs.RUNNING)
+    registry.add_metrics("r1", 1, {"x": 1.0})
+    registry.transition("r1", runs.FAILED, "rank 1 died")
+    assert await asyncio.wait_for(early, 5) == [1, 2, 3, 4, 5]
+    assert await asyncio.wait_for(late, 5) == [3, 4, 5]
+    assert await asyncio.wait_for(collect(5), 5) == []
