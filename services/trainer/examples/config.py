@@ -48,6 +48,8 @@ class TrainConfig:
     weight_decay: float = 0.0
     seed: int = 0
     validation_fraction: float = 0.2
+    # With several ranks, how often (in steps) they agree on whether a stop was asked.
+    stop_check_steps: int = 10
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> TrainConfig:
@@ -66,6 +68,7 @@ class TrainConfig:
             weight_decay=as_float(config, "weight_decay", cls.weight_decay),
             seed=as_int(config, "seed", cls.seed),
             validation_fraction=validation_fraction,
+            stop_check_steps=as_int(config, "stop_check_steps", cls.stop_check_steps, minimum=1),
         )
 
     def per_rank_batch(self, world_size: int) -> int:

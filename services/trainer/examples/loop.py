@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from paddleray.services.trainer.examples import digits_data
 from paddleray.services.trainer.examples.config import TrainConfig
 
@@ -202,8 +203,9 @@ def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...],
     for epoch in range(first_epoch, cfg.epochs):
         started = time.perf_counter()
         loss_sum = samples = 0.0
-        for x, y in train_batches(epoch):
-            if _stop_agreed(ctx):
+        for step, (x, y) in enumerate(train_batches(epoch)):
+            # Alone, a check is free; across ranks it is a collective, so only every few steps.
+            if (ctx.world_size == 1 or step % cfg.stop_check_steps == 0) and _stop_agreed(ctx):
                 return metrics
             loss = F.cross_entropy(net(paddle.to_tensor(x).reshape([-1, *input_shape])), paddle.to_tensor(y))
             loss.backward()

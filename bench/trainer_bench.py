@@ -1,0 +1,147 @@
+"""python -m bench trainer: paddleray's cost while training, and data parallelism's.
+
+throughput_vs_bare: samples/s of one worker (1 CPU) training a digits example under
+paddleray vs the same model, rows, batch order, epochs and per-epoch checkpoints in a bare
+Paddle script run as its own process (bench/trainer_bare.py), both timed over the training
+function (bench/trainer_entry.py inside the rank), A B A B, medians. Both get one math
+thread (Ray gives a 1-CPU actor OMP_NUM_THREADS=1; the bare process is given the same).
+
+dp2_efficiency: the CNN on 2 data-parallel ranks (1 CPU each, same global batch) vs two
+independent 1-worker runs of it side by side, which is what this machine can do with two
+processes at all; the raw speedup of 2 ranks over 1 worker alone is reported as a metric.
+Samples/s of a run are rank 0's samples over its training time; side by side, the two
+runs' rates add up.
+
+The trainer runs in this process (the domain object, no gRPC: throughput does not depend
+on the RPC layer) against a Ray head of its own. The head declares 4 logical CPUs on this
+2-core machine so that the 2-rank group and two 1-worker groups all stay warm between
+rounds; no more than two workers ever compute at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from google.protobuf import struct_pb2
+
+from bench import harness
+from paddleray.common.v1 import common_pb2
+from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRYPOINT = "bench.trainer_entry:digits"
+
+
+def _params(quick: bool) -> dict:
+    return {
+        "rounds": 3 if quick else 7,
+        "throughput": {"model": "digits_mlp", "epochs": 6 if quick else 15, "batch_size": 16, "lr": 0.01},
+        "dp2": {"model": "digits_cnn", "epochs": 4 if quick else 10, "batch_size": 128, "lr": 0.01},
+    }
+
+
+def _spec(config: dict, num_workers: int) -> common_pb2.TrainingSpec:
+    struct = struct_pb2.Struct()
+    struct.update(config)
+    return common_pb2.TrainingSpec(
+        entrypoint=ENTRYPOINT,
+        config=struct,
+        num_workers=num_workers,
+        resources_per_worker=common_pb2.Resources(num_cpus=1),
+        runtime_env=common_pb2.RuntimeEnv(env_vars={"PYTHONPATH": str(REPO)}),
+    )
+
+
+async def _run(trainer, config: dict, num_workers: int = 1) -> dict:
+    """Starts a run, waits for it, and returns rank 0's timing report."""
+    record = await trainer.start_run(_spec(config, num_workers))
+    while not (record := trainer.get_run(record.name)).terminal:
+        await asyncio.sleep(0.05)
+    if record.state != "SUCCEEDED":
+        raise RuntimeError(f"{record.name} ended {record.state}: {record.state_reason}")
+    metrics = record.latest_metrics["metrics"]
+    return {"elapsed_s": metrics["bench_elapsed_s"], "samples": metrics["bench_samples"]}
+
+
+def _rate(timing: dict) -> float:
+    return timing["samples"] / timing["elapsed_s"]
+
+
+def _bare(config: dict) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.trainer_bare", json.dumps(config)],
+        cwd=REPO, env=env, check=True, capture_output=True, text=True, timeout=600,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+async def _measure(trainer, params: dict) -> tuple[dict, dict]:
+    tp, dp = params["throughput"], params["dp2"]
+    # Warm-up: start every worker group once (actor start, Paddle import, collective join).
+    await _run(trainer, {**tp, "epochs": 1})
+    await _run(trainer, {**dp, "epochs": 1}, num_workers=2)
+    await asyncio.gather(_run(trainer, {**dp, "epochs": 1}), _run(trainer, {**dp, "epochs": 1}))
+
+    under, bare, bare_cold, dp2, side_by_side, alone = [], [], [], [], [], []
+    for _ in range(params["rounds"]):
+        under.append(_rate(await _run(trainer, tp)))
+        timings = await asyncio.to_thread(_bare, tp)
+        bare.append(_rate(timings["warm"]))
+        bare_cold.append(_rate(timings["cold"]))
+        dp2.append(_rate(await _run(trainer, dp, num_workers=2)))
+        pair = await asyncio.gather(_run(trainer, dp), _run(trainer, dp))
+        side_by_side.append(sum(_rate(t) for t in pair))
+        alone.append(_rate(await _run(trainer, dp)))
+    m = harness.median
+    metrics = {
+        "paddleray_samples_per_s": m(under), "bare_samples_per_s": m(bare),
+        "bare_cold_samples_per_s": m(bare_cold), "paddleray_vs_cold_bare": m(under) / m(bare_cold),
+        "dp2_samples_per_s": m(dp2), "two_independent_samples_per_s": m(side_by_side),
+        "one_worker_samples_per_s": m(alone),
+        "dp2_speedup_vs_one_worker": m(dp2) / m(alone),
+        "machine_parallel_limit": m(side_by_side) / m(alone),
+        "samples_per_s": {"paddleray": under, "bare": bare, "bare_cold": bare_cold, "dp2": dp2, "side_by_side": side_by_side, "alone": alone},
+    }
+    ratios = {"throughput_vs_bare": m(under) / m(bare), "dp2_efficiency": m(dp2) / m(side_by_side)}
+    return metrics, ratios
+
+
+async def _bench(address: str, storage: Path, params: dict) -> tuple[dict, dict]:
+    from paddleray.services.trainer.settings import TrainerSettings
+    from paddleray.services.trainer.trainer import Trainer
+
+    settings = TrainerSettings(
+        ray_address=address, storage_root=storage, entrypoint_allowlist=["bench.trainer_entry"], pool_max_idle_groups=4
+    )
+    trainer = Trainer(settings)
+    await trainer.start()
+    try:
+        return await _measure(trainer, params)
+    finally:
+        await trainer.shutdown()
+
+
+def run(quick: bool) -> dict:
+    # Before Ray is imported: it reads its auth mode once.
+    os.environ.update(AUTH_ENV)
+    import ray
+
+    params = _params(quick)
+    head = RayHead(num_cpus=4).start()
+    try:
+        ray.init(address=head.address, namespace="paddleray", log_to_driver=False)
+        with tempfile.TemporaryDirectory(prefix="paddleray-bench-") as storage:
+            metrics, ratios = asyncio.run(_bench(head.address, Path(storage), params))
+    finally:
+        ray.shutdown()
+        head.stop()
+    return harness.result(
+        "trainer", params, metrics, ratios, {"throughput_vs_bare": ">= 0.97", "dp2_efficiency": ">= 0.90"}
+    )
