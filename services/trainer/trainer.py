@@ -101,8 +101,11 @@ class Trainer:
         self._spawn(self.pool.run_reaper())
 
     async def shutdown(self) -> None:
-        for executor in self._executors.values():
+        """Ends active runs as STOPPED and frees every actor the trainer holds."""
+        for executor in list(self._executors.values()):
             executor.request_stop(runs.STOPPED, "the trainer is shutting down", 0)
+            if executor.group is not None:
+                executor.group.kill()
         for task in list(self._tasks):
             task.cancel()
         self.pool.shutdown()

@@ -47,6 +47,17 @@ def test_timeout_ends_the_run_as_timed_out(client):
     assert done.state_reason.startswith("ran past its timeout of 2s")
 
 
+def test_a_run_that_cannot_be_placed_times_out_while_pending(client):
+    spec = client.spec("hello")
+    spec.resources_per_worker.num_cpus = 64  # more than the cluster has: it waits for placement
+    request = trainer_service_pb2.StartRunRequest(spec=spec, timeout=duration_pb2.Duration(seconds=1))
+    run = client.stub.StartRun(request).run
+    done = client.wait_done(run.name, timeout=60)
+    assert done.state == run_pb2.RUN_STATE_TIMED_OUT
+    assert done.state_reason == "ran past its timeout of 1s; before its workers started"
+    assert not done.workers
+
+
 def _epochs(client, name):
     events = client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=name), timeout=120)
     return [int(e.event.metrics.metrics["epoch"]) for e in events if e.event.HasField("metrics")]

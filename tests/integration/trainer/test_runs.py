@@ -17,6 +17,7 @@ def _states(events):
 
 
 def test_run_succeeds_and_streams_numbered_events(client):
+    succeeded = metrics.RUNS_BY_STATE.labels(state="SUCCEEDED")._value.get()
     run = client.start("hello", {"lines": 2})
     assert run.state == run_pb2.RUN_STATE_PENDING
     events = [r.event for r in client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=run.name), timeout=120)]
@@ -30,6 +31,8 @@ def test_run_succeeds_and_streams_numbered_events(client):
     assert done.state == run_pb2.RUN_STATE_SUCCEEDED
     assert done.latest_metrics.metrics["value"] == 1.0
     assert done.start_time.seconds and done.end_time.seconds
+    assert metrics.RUNS_BY_STATE.labels(state="SUCCEEDED")._value.get() == succeeded + 1
+    assert metrics.SAMPLES_PER_SECOND.collect()[0].samples == [], "a finished run's throughput is removed"
     # A reader that reconnects after sequence 2 gets exactly the rest.
     rest = [r.event for r in client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=run.name, after_sequence=2))]
     assert [e.sequence for e in rest] == list(range(3, len(events) + 1))
@@ -96,6 +99,19 @@ def test_allowlist_and_bad_requests(client):
     with pytest.raises(grpc.RpcError) as missing:
         client.stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/nope"))
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    for stream in (
+        client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name="runs/nope")),
+        client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name="runs/nope")),
+    ):
+        with pytest.raises(grpc.RpcError) as missing_stream:
+            list(stream)
+        assert missing_stream.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as bad_name:
+        client.stub.GetRun(trainer_service_pb2.GetRunRequest(name="jobs/1"))
+    assert bad_name.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as bad_token:
+        client.stub.ListRuns(trainer_service_pb2.ListRunsRequest(page_token="not-a-token"))
+    assert bad_token.value.details().startswith("page_token:")
 
 
 def test_request_id_is_idempotent_and_list_pages(client):
