@@ -156,6 +156,10 @@ def _env(env: common_pb2.RuntimeEnv) -> EnvSpec:
         raise errors.InvalidArgument(
             "spec.runtime_env.working_dir", "cannot be combined with image (Ray's image_uri takes only env_vars)"
         )
+    if env.working_dir and "://" not in env.working_dir and not Path(env.working_dir).exists():
+        raise errors.InvalidArgument(
+            "spec.runtime_env.working_dir", "must be a directory the trainer can read, or a URI that Ray accepts"
+        )
     if any(not key for key in env.env_vars):
         raise errors.InvalidArgument("spec.runtime_env.env_vars", "names must be non-empty")
     return EnvSpec(image=env.image, env_vars=tuple(sorted(env.env_vars.items())), working_dir=env.working_dir)

@@ -43,14 +43,16 @@ def bundle(resources: WorkerResources) -> dict[str, float]:
     return entries
 
 
-def actor_options(spec: GroupSpec, group: PlacementGroup | None, rank: int) -> dict[str, Any]:
+def actor_options(
+    spec: GroupSpec, group: PlacementGroup | None, rank: int, runtime_env: dict[str, Any] | None = None
+) -> dict[str, Any]:
     resources = spec.resources
     options: dict[str, Any] = {
         "num_cpus": resources.num_cpus,
         "num_gpus": resources.num_gpus,
         "max_concurrency": _ACTOR_CONCURRENCY,
         "max_restarts": 0,
-        "runtime_env": spec.env.to_ray() or None,
+        "runtime_env": (runtime_env if runtime_env is not None else spec.env.to_ray()) or None,
     }
     if resources.memory_bytes:
         options["memory"] = resources.memory_bytes
@@ -61,6 +63,18 @@ def actor_options(spec: GroupSpec, group: PlacementGroup | None, rank: int) -> d
             placement_group=group, placement_group_bundle_index=rank
         )
     return options
+
+
+def upload_working_dir(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """Ships a local working_dir to Ray's GCS and names it by URI.
+
+    Ray takes local directories only in a job's runtime env (ray.init); an actor's must be a
+    URI, so the trainer packages the directory the way ray.init would (content-addressed,
+    uploaded once per content).
+    """
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    return upload_working_dir_if_needed(dict(runtime_env), include_gitignore=True, logger=log)
 
 
 def local_ranks(node_ids: Sequence[str]) -> list[int]:
@@ -94,9 +108,14 @@ class WorkerGroup:
 
     async def start(self, backend_config: PaddleBackendConfig) -> None:
         """Starts the actors (Paddle imported in each) and joins them into one collective group."""
+        runtime_env = self.spec.env.to_ray()
+        if self.spec.env.working_dir:
+            runtime_env = await asyncio.to_thread(upload_working_dir, runtime_env)
         actor_class = ray.remote(WorkerActor)
         self.actors = [
-            actor_class.options(**actor_options(self.spec, self.placement, rank)).remote(self.spec.resources.num_gpus)
+            actor_class.options(**actor_options(self.spec, self.placement, rank, runtime_env)).remote(
+                self.spec.resources.num_gpus
+            )
             for rank in range(self.spec.num_workers)
         ]
         metrics.ACTOR_STARTS.inc(len(self.actors))

@@ -139,3 +139,26 @@ def test_cluster_resources_come_from_ray(client):
     assert 0 <= resources.available.num_cpus <= 2
     assert resources.total.memory_bytes > 0
     assert len(resources.nodes) == 1 and resources.nodes[0].total.num_cpus == 2
+
+
+def test_working_dir_and_env_vars_reach_the_workers(client, trainer, tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "shipped_entry.py").write_text(
+        "import os\n"
+        "def main(config, ctx):\n"
+        "    print('cwd has', sorted(os.listdir('.')))\n"
+        "    ctx.report({'flag': float(os.environ['SHIPPED_FLAG'])})\n"
+    )
+    monkeypatch.setattr(trainer.settings, "entrypoint_allowlist", ["shipped_entry"])
+    spec = common_pb2.TrainingSpec(
+        entrypoint="shipped_entry:main",
+        runtime_env=common_pb2.RuntimeEnv(working_dir=str(code), env_vars={"SHIPPED_FLAG": "7"}),
+    )
+    run = client.wait_done(client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=spec)).run.name)
+    assert run.state == run_pb2.RUN_STATE_SUCCEEDED, run.state_reason
+    assert run.latest_metrics.metrics["flag"] == 7.0
+    logs = client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name=run.name))
+    assert "cwd has ['shipped_entry.py']" in [line.text for batch in logs for line in batch.lines]
+    idle_with_working_dir = [i for i in trainer.pool._idle if i.group.spec.env.working_dir]
+    assert idle_with_working_dir == [], "groups with a working_dir are not kept warm"

@@ -54,6 +54,7 @@ def test_modules_under_an_allowed_prefix_pass(entrypoint):
         ({"resources_per_worker": common_pb2.Resources(custom={"GPU": 1})}, "spec.resources_per_worker.custom"),
         ({"num_workers": 2, "resources_per_worker": common_pb2.Resources(num_gpus=0.5)}, "spec.resources_per_worker.num_gpus"),
         ({"runtime_env": common_pb2.RuntimeEnv(image="img", working_dir="/src")}, "spec.runtime_env.working_dir"),
+        ({"runtime_env": common_pb2.RuntimeEnv(working_dir="/no/such/dir")}, "spec.runtime_env.working_dir"),
         ({"checkpoint_policy": common_pb2.CheckpointPolicy(best_metric="loss")}, "spec.checkpoint_policy.best_mode"),
         ({"checkpoint_policy": common_pb2.CheckpointPolicy(keep_best=2)}, "spec.checkpoint_policy.best_metric"),
         ({"checkpoint_policy": common_pb2.CheckpointPolicy(keep_last=-1)}, "spec.checkpoint_policy.keep_last"),
