@@ -1,0 +1,30 @@
+"""Shared by the deploy/ tests: the repo's pins and manifest loading."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy"
+
+
+def pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def pin(requirement_prefix: str, requirements: list[str]) -> str:
+    """The ==version of the requirement that starts with requirement_prefix."""
+    for requirement in requirements:
+        if requirement.startswith(requirement_prefix):
+            match = re.search(r"==\s*([\w.]+)", requirement)
+            assert match, f"{requirement} is not pinned with =="
+            return match.group(1)
+    raise AssertionError(f"no requirement starting with {requirement_prefix}")
+
+
+def load_all(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]

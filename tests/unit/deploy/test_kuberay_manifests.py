@@ -1,0 +1,140 @@
+"""deploy/kuberay manifests validated against KubeRay's CRD OpenAPI schemas (../shared/schemas/kuberay).
+
+Kubernetes prunes unknown fields silently, so the schemas are made strict here (no property
+the CRD does not declare), which turns a misspelt field into a failure instead of a no-op.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+import jsonschema
+import pytest
+import yaml
+from deploy_support import DEPLOY, REPO, load_all, pin, pyproject
+
+pytestmark = pytest.mark.unit
+
+SCHEMAS = REPO.parent / "shared" / "schemas" / "kuberay"
+MANIFESTS = sorted((DEPLOY / "kuberay").glob("*.yaml"))
+
+
+def _strict(schema):
+    if isinstance(schema, dict):
+        schema = {key: _strict(value) for key, value in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    return schema
+
+
+@cache
+def _crds() -> dict[str, dict]:
+    """The CRDs by kind (parsed once: they are megabytes of YAML)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crds = [yaml.load(path.read_text(), Loader=loader) for path in sorted(SCHEMAS.glob("*.yaml"))]
+    return {crd["spec"]["names"]["kind"]: crd for crd in crds}
+
+
+@cache
+def _validator(kind: str, version: str) -> jsonschema.Draft7Validator:
+    crd = _crds().get(kind)
+    assert crd is not None, f"no CRD for {kind} in {SCHEMAS}"
+    [served] = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return jsonschema.Draft7Validator(_strict(served["schema"]["openAPIV3Schema"]))
+
+
+def _errors(doc: dict) -> list[str]:
+    group, version = doc["apiVersion"].split("/")
+    assert group == "ray.io"
+    validator = _validator(doc["kind"], version)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+def _doc(name: str) -> dict:
+    [doc] = load_all(DEPLOY / "kuberay" / name)
+    return doc
+
+
+def test_the_crd_schemas_are_there():
+    assert {"RayCluster", "RayJob", "RayService"} <= set(_crds())
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_manifest_matches_its_crd_schema(path):
+    for doc in load_all(path):
+        assert _errors(doc) == []
+
+
+@pytest.mark.parametrize(
+    ("break_it", "where"),
+    [
+        (lambda d: d["spec"].__setitem__("workerGroupSpec", d["spec"].pop("workerGroupSpecs")), "spec"),
+        (lambda d: d["spec"]["workerGroupSpecs"][0].__setitem__("maxReplicas", "four"), "maxReplicas"),
+        (lambda d: d["spec"]["headGroupSpec"].pop("template"), "headGroupSpec"),
+        (lambda d: d["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0].__setitem__("imagePullPolicy", 3), "imagePullPolicy"),
+    ],
+    ids=["misspelt-field", "wrong-type", "missing-required", "wrong-container-field-type"],
+)
+def test_the_validation_catches_broken_manifests(break_it, where):
+    doc = copy.deepcopy(_doc("raycluster.yaml"))
+    break_it(doc)
+    errors = _errors(doc)
+    assert errors and any(where in e for e in errors), errors
+
+
+def _containers(group: dict) -> list[dict]:
+    return group["template"]["spec"]["containers"]
+
+
+def test_raycluster_runs_our_images_and_versions_with_gpu_workers_that_autoscale():
+    project = pyproject()["project"]
+    ray_version = pin("ray[", project["dependencies"])
+    version = project["version"]
+    cluster = _doc("raycluster.yaml")["spec"]
+    assert cluster["rayVersion"] == ray_version
+    assert cluster["enableInTreeAutoscaling"] is True
+    [head] = _containers(cluster["headGroupSpec"])
+    assert head["image"].endswith(f"/paddleray-cpu:{version}")
+    assert {p["containerPort"] for p in head["ports"]} >= {6379, 10001, 9000}  # GCS, client, Serve gRPC
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    gpu = groups["gpu"]
+    assert gpu["minReplicas"] <= gpu["replicas"] <= gpu["maxReplicas"]
+    [worker] = _containers(gpu)
+    assert worker["image"].endswith(f"/paddleray-gpu:{version}")
+    limits, requests = worker["resources"]["limits"], worker["resources"]["requests"]
+    assert int(limits["nvidia.com/gpu"]) >= 1
+    assert requests == limits  # guaranteed QoS: a training pod is not evicted first under pressure
+    env = {e["name"]: e for e in worker["env"]}
+    assert "NCCL_SOCKET_IFNAME" in env
+    for group in cluster["workerGroupSpecs"]:
+        mounts = {m["mountPath"] for c in _containers(group) for m in c["volumeMounts"]}
+        assert {"/dev/shm", "/mnt/paddleray"} <= mounts, group["groupName"]
+
+
+def test_every_ray_pod_uses_token_auth_from_one_secret():
+    for doc in load_all(DEPLOY / "kuberay" / "raycluster.yaml"):
+        groups = [doc["spec"]["headGroupSpec"], *doc["spec"]["workerGroupSpecs"]]
+        for group in groups:
+            for container in _containers(group):
+                env = {e["name"]: e for e in container["env"]}
+                assert env["RAY_AUTH_MODE"]["value"] == "token"
+                assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "paddleray-ray-auth"
+
+
+def test_rayjob_smoke_test_asks_for_a_gpu_on_gpu_workers():
+    job = _doc("rayjob.yaml")["spec"]
+    assert job["entrypointNumGpus"] >= 1
+    assert job["shutdownAfterJobFinishes"] is True
+    assert job["rayClusterSpec"]["rayVersion"] == pin("ray[", pyproject()["project"]["dependencies"])
+    [gpu] = job["rayClusterSpec"]["workerGroupSpecs"]
+    [worker] = _containers(gpu)
+    assert "paddleray-gpu" in worker["image"]
+    assert int(worker["resources"]["limits"]["nvidia.com/gpu"]) == 1
