@@ -32,6 +32,10 @@ from paddleray.services.trainer.worker_group import WorkerGroup
 log = logging.getLogger(__name__)
 
 _CAUSE_CHARS = 500
+# When a rank raises, its peers may have died just before: a collective with a dead peer
+# raises in the survivors (gloo reports a closed connection) about as fast as Ray reports the
+# death. Waiting this long for a death names the root cause instead of its echo.
+_PEER_DEATH_WAIT_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,8 @@ class RunExecutor:
                 for task in done & followers.keys():
                     failure = _failure(followers.pop(task), task)
                     if failure:
+                        if not _died(task) and (death := await _first_death(followers)):
+                            failure = f"{death}\n(then {failure})"
                         group.kill()
                         return runs.FAILED, failure, False
                 if timer in done and followers:
@@ -232,6 +238,24 @@ def _failure(rank: int, task: asyncio.Future) -> str:
     return f"rank {rank} raised {outcome.error}\n{outcome.traceback}"
 
 
+def _died(task: asyncio.Future) -> bool:
+    return isinstance(task.exception(), ray.exceptions.RayActorError)
+
+
+async def _first_death(followers: dict[asyncio.Future, int]) -> str:
+    """The failure of the first of `followers` to die within the wait, or ""."""
+    deadline = time.monotonic() + _PEER_DEATH_WAIT_S
+    pending = set(followers)
+    while pending and (left := deadline - time.monotonic()) > 0:
+        done, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if _died(task):
+                return _failure(followers[task], task)
+    return ""
+
+
 def _cause(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
-    return text[:_CAUSE_CHARS]
+    # Ray's message opens with the actor's ids; the cause (exit type and detail) follows.
+    _, marker, cause = text.partition("The actor is dead because")
+    return (marker + cause if marker else text)[:_CAUSE_CHARS]
