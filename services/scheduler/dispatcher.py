@@ -56,15 +56,18 @@ class Dispatcher:
                        asyncio.create_task(self._lease_loop(), name="leases")]
 
     async def stop(self) -> None:
-        """Stops dispatching and following; the leases lapse and another replica (or this
-        one restarted) takes the jobs over."""
+        """Stops dispatching and following, and expires this replica's leases so that another
+        replica (or this one restarted) takes the jobs over at once; the runs go on."""
         tasks = [*self._tasks, *self.following.values()]
+        followed = list(self.following)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.following.clear()
+        with contextlib.suppress(RedisError, OSError):
+            await self.store.expire_leases(self.owner, followed)
 
     # -- dispatch -----------------------------------------------------------------------------
 

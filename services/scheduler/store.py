@@ -274,6 +274,11 @@ class JobStore:
         lost = await self._renew(keys=[keys.leases()], args=[owner, now_ms() + lease_ms, keys.job_prefix(), *job_ids])
         return [x.decode() for x in lost]
 
+    async def expire_leases(self, owner: str, job_ids: list[str]) -> None:
+        """Lets other replicas take these jobs over at once (a clean shutdown)."""
+        if job_ids:
+            await self._renew(keys=[keys.leases()], args=[owner, 0, keys.job_prefix(), *job_ids])
+
     async def expired_leases(self) -> list[str]:
         return [m.decode() for m in await self.redis.zrangebyscore(keys.leases(), "-inf", now_ms())]
 
@@ -301,6 +306,7 @@ class _ScriptBatcher:
         self.script = script
         self.pending: list[tuple[list, list, asyncio.Future]] = []
         self.flushing = False
+        self.tasks: set[asyncio.Task] = set()  # the loop only keeps weak references to tasks
 
     async def __call__(self, keys: list, args: list):
         loop = asyncio.get_running_loop()
@@ -308,8 +314,13 @@ class _ScriptBatcher:
         self.pending.append((keys, args, future))
         if not self.flushing:
             self.flushing = True
-            loop.call_soon(lambda: asyncio.ensure_future(self._drain()))
+            loop.call_soon(self._spawn, self._drain())
         return await future
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def _drain(self) -> None:
         # One batch in flight at a time: calls that arrive meanwhile form the next batch,
@@ -337,7 +348,7 @@ class _ScriptBatcher:
                 continue
             if isinstance(result, NoScriptError):
                 # Redis lost its script cache (restart, SCRIPT FLUSH): the script call loads it.
-                asyncio.ensure_future(self._single(keys, args, future))
+                self._spawn(self._single(keys, args, future))
             elif isinstance(result, Exception):
                 future.set_exception(result)
             else:

@@ -32,8 +32,10 @@ class Stack:
     async def wait_terminal(self, name: str, timeout: float = 60) -> job_pb2.Job:
         return await self.app.manager.wait_terminal(name, timeout)
 
-    async def events(self, name: str, after: int = 0) -> list[job_pb2.JobEvent]:
-        return [r.event async for r in self.stub.WatchJob(js.WatchJobRequest(name=name, after_sequence=after))]
+    async def events(self, name: str, after: int = 0, timeout: float = 60) -> list[job_pb2.JobEvent]:
+        """The job's events until its terminal one (the stream ends there)."""
+        request = js.WatchJobRequest(name=name, after_sequence=after)
+        return [r.event async for r in self.stub.WatchJob(request, timeout=timeout)]
 
 
 @pytest.fixture
@@ -44,10 +46,8 @@ def stack_factory(redis_url):
     async def make(cpus: float = 4, gpus: float = 0, fake: FakeTrainer | None = None, **settings):
         fake = fake or FakeTrainer(cpus=cpus, gpus=gpus)
         trainer_server, trainer_address = await start_fake_trainer(fake)
-        config = SchedulerSettings(
-            redis_url=redis_url, trainer_address=trainer_address, dispatch_interval_s=0.05, lease_ttl_s=3,
-            stop_wait_s=10, **settings,
-        )
+        defaults = {"dispatch_interval_s": 0.05, "lease_ttl_s": 3, "stop_wait_s": 10}
+        config = SchedulerSettings(redis_url=redis_url, trainer_address=trainer_address, **(defaults | settings))
         app = SchedulerApp(config)
         server = await start_server(config, registrations(app))
         await app.start()

@@ -12,7 +12,7 @@ from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.services.scheduler import keys
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 J = job_pb2.JobState
 
 
@@ -144,3 +144,17 @@ async def _wait_state(stack, name: str, state: int, timeout: float = 30) -> job_
             if job.state == state:
                 return job
             await asyncio.sleep(0.05)
+
+
+async def test_a_stopped_replica_hands_its_running_jobs_over(stack_factory):
+    async with stack_factory() as first:
+        job = await first.create(make_job(config={"steps": 30, "step_s": 0.05}), job_id="handover")
+        await _wait_state(first, job.name, J.JOB_STATE_RUNNING)
+        await first.app.dispatcher.stop()
+        # A clean stop expires the leases: a second replica takes the job over without waiting
+        # for the lease TTL, and follows the same run to its end.
+        async with stack_factory(fake=first.fake, lease_ttl_s=60) as second:
+            done = await second.wait_terminal(job.name)
+            assert done.state == J.JOB_STATE_SUCCEEDED
+            assert first.fake.runs_created == {"handover-attempt-1": 1}
+            assert done.latest_metrics.step == 30

@@ -171,3 +171,22 @@ async def _take(stream, n):
         count += 1
         if count == n:
             return
+
+
+async def test_queue_orders_by_priority_then_fifo_and_ages_waiting_jobs(raw_redis):
+    from paddleray.services.scheduler.jobs import JobManager
+    from paddleray.services.scheduler.store import JobStore
+
+    # One priority point is worth a minute of waiting: priority decides, ties go FIFO.
+    manager = JobManager(JobStore(raw_redis), aging_s_per_priority=60.0)
+    await manager.create(make_job(priority=0), job_id="first")
+    await manager.create(make_job(priority=0), job_id="second")
+    await manager.create(make_job(priority=10), job_id="urgent")
+    assert await manager.store.queue_head(10) == ["urgent", "first", "second"]
+    await raw_redis.flushdb()
+    # One point per millisecond: a job that waited 200 ms outranks a newer one 10 points higher.
+    manager = JobManager(JobStore(raw_redis), aging_s_per_priority=0.001)
+    await manager.create(make_job(priority=0), job_id="patient")
+    await asyncio.sleep(0.2)
+    await manager.create(make_job(priority=10), job_id="newcomer")
+    assert await manager.store.queue_head(10) == ["patient", "newcomer"]
