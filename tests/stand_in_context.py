@@ -49,9 +49,5 @@ class StandInContext:
     def shard(self, seq):
         return seq[self.rank::self.world_size]
 
-    @property
-    def dataset_names(self) -> list[str]:
-        return list(self._datasets)
-
     def get_dataset_shard(self, name: str):
         return self._datasets[name]

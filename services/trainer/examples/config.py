@@ -48,6 +48,8 @@ class TrainConfig:
     weight_decay: float = 0.0
     seed: int = 0
     validation_fraction: float = 0.2
+    # Evaluation needs no gradients, so it takes large batches: fewer, cheaper forward passes.
+    eval_batch_size: int = 512
     # With several ranks, how often (in steps) they agree on whether a stop was asked.
     stop_check_steps: int = 10
 
@@ -68,6 +70,7 @@ class TrainConfig:
             weight_decay=as_float(config, "weight_decay", cls.weight_decay),
             seed=as_int(config, "seed", cls.seed),
             validation_fraction=validation_fraction,
+            eval_batch_size=as_int(config, "eval_batch_size", cls.eval_batch_size, minimum=1),
             stop_check_steps=as_int(config, "stop_check_steps", cls.stop_check_steps, minimum=1),
         )
 

@@ -95,9 +95,6 @@ def _stop_agreed(ctx) -> bool:
 
 def _dataset_shard(ctx, name: str):
     """This rank's iterator of a dataset named in the spec, or None when the run has none by that name."""
-    names = getattr(ctx, "dataset_names", None)
-    if names is not None:
-        return ctx.get_dataset_shard(name) if name in names else None
     try:
         return ctx.get_dataset_shard(name)
     except KeyError:
@@ -105,7 +102,7 @@ def _dataset_shard(ctx, name: str):
 
 
 def _packaged_batches(ctx, x: np.ndarray, y: np.ndarray, cfg: TrainConfig, shuffle: bool) -> Batches:
-    per_rank = cfg.per_rank_batch(ctx.world_size)
+    batch = cfg.per_rank_batch(ctx.world_size) if shuffle else cfg.eval_batch_size
     steps = len(y) // cfg.batch_size if shuffle else None
 
     def batches(epoch: int):
@@ -113,21 +110,21 @@ def _packaged_batches(ctx, x: np.ndarray, y: np.ndarray, cfg: TrainConfig, shuff
             order = np.random.default_rng([cfg.seed, epoch]).permutation(len(y))
             mine = np.asarray(ctx.shard(order))
             for step in range(steps):
-                rows = mine[step * per_rank:(step + 1) * per_rank]
+                rows = mine[step * batch:(step + 1) * batch]
                 yield x[rows], y[rows]
         else:
             # Evaluation: every row once, spread over the ranks; sums are reduced afterwards.
             mine = np.asarray(ctx.shard(np.arange(len(y))))
-            for start in range(0, len(mine), per_rank):
-                rows = mine[start:start + per_rank]
+            for start in range(0, len(mine), batch):
+                rows = mine[start:start + batch]
                 yield x[rows], y[rows]
 
     return batches
 
 
-def _dataset_batches(iterator, per_rank: int, drop_last: bool) -> Batches:
+def _dataset_batches(iterator, batch_size: int, drop_last: bool) -> Batches:
     def batches(_epoch: int):
-        for batch in iterator.iter_batches(batch_size=per_rank, batch_format="numpy", drop_last=drop_last):
+        for batch in iterator.iter_batches(batch_size=batch_size, batch_format="numpy", drop_last=drop_last):
             yield digits_data.decode_batch(batch)
 
     return batches
@@ -144,7 +141,7 @@ def data_sources(ctx, cfg: TrainConfig) -> tuple[Batches, Batches, str]:
     else:
         train = _packaged_batches(ctx, *packaged["train"], cfg, shuffle=True)
     if val_shard is not None:
-        validation = _dataset_batches(val_shard, per_rank, drop_last=False)
+        validation = _dataset_batches(val_shard, cfg.eval_batch_size, drop_last=False)
     else:
         validation = _packaged_batches(ctx, *packaged["validation"], cfg, shuffle=False)
     source = f"train={'dataset' if train_shard is not None else 'packaged'} " \

@@ -105,6 +105,8 @@ def test_global_batches_are_the_same_at_any_world_size(tmp_path):
         ({"optimizer": "lbfgs"}, "config.optimizer"),
         ({"lr": -1}, "config.lr"),
         ({"validation_fraction": 1.0}, "config.validation_fraction"),
+        ({"eval_batch_size": 0}, "config.eval_batch_size"),
+        ({"stop_check_steps": 0}, "config.stop_check_steps"),
     ],
 )
 def test_bad_config_names_the_key(config, key):
