@@ -40,6 +40,7 @@ class SweepStack:
     app: SchedulerApp
     experiments: experiment_service_pb2_grpc.ExperimentServiceStub
     jobs: job_service_pb2_grpc.JobServiceStub
+    trainer_address: str
 
     async def create(self, experiment: experiment_pb2.Experiment, experiment_id: str = "") -> experiment_pb2.Experiment:
         request = es.CreateExperimentRequest(experiment=experiment, experiment_id=experiment_id)
@@ -61,10 +62,17 @@ class SweepStack:
 
 @pytest.fixture
 def sweep_stack(redis_url):
+    """`async with sweep_stack() as stack`; pass (fake, trainer_address) to put a second
+    replica in front of the same trainer and Redis."""
+
     @contextlib.asynccontextmanager
-    async def make():
-        fake = SweepTrainer()
-        trainer_server, trainer_address = await start_fake_trainer(fake)
+    async def make(shared: tuple[SweepTrainer, str] | None = None):
+        trainer_server = None
+        if shared is None:
+            fake = SweepTrainer()
+            trainer_server, trainer_address = await start_fake_trainer(fake)
+        else:
+            fake, trainer_address = shared
         config = SchedulerSettings(
             redis_url=redis_url, trainer_address=trainer_address, dispatch_interval_s=0.05, lease_ttl_s=3,
             stop_wait_s=10,
@@ -75,12 +83,13 @@ def sweep_stack(redis_url):
         channel = aio.insecure_channel(f"127.0.0.1:{server.port}")
         try:
             yield SweepStack(fake, app, experiment_service_pb2_grpc.ExperimentServiceStub(channel),
-                             job_service_pb2_grpc.JobServiceStub(channel))
+                             job_service_pb2_grpc.JobServiceStub(channel), trainer_address)
         finally:
             await channel.close()
             await stop_server(server, 0.5)
             await app.stop()
-            await trainer_server.stop(0.5)
+            if trainer_server is not None:
+                await trainer_server.stop(0.5)
 
     return make
 
@@ -124,6 +133,21 @@ async def test_grid_sweep_runs_every_trial_within_max_concurrent_and_reports_the
         assert json_format.MessageToDict(done.best_trial.parameters) == {"lr": 0.3}
         assert done.best_trial.checkpoint.uri.endswith("epoch-3")
         assert done.best_trial.checkpoint.uri == best.latest_checkpoint.uri
+
+
+async def test_two_replicas_share_a_sweep_without_duplicates_or_extra_concurrency(sweep_stack):
+    lrs = tuple(round(0.05 * i, 2) for i in range(1, 11))
+    async with sweep_stack() as first:
+        async with sweep_stack(shared=(first.fake, first.trainer_address)) as second:
+            created = await first.create(sweep(lrs, max_concurrent=2, epochs=3, epoch_s=0.03), "two")
+            done = await second.wait_ended(created.name)
+            assert done.state == E.EXPERIMENT_STATE_SUCCEEDED
+            trials = await second.trials(created.name)
+            assert sorted(_lr(t) for t in trials) == sorted(lrs)
+            assert all(t.state == J.JOB_STATE_SUCCEEDED for t in trials)
+            # One trainer run per trial, whichever replica dispatched it, never more than 2 at once.
+            assert sorted(r.run.job for r in first.fake.runs.values()) == sorted(t.name for t in trials)
+            assert first.fake.max_in_flight <= 2
 
 
 async def test_random_sweep_draws_num_samples_trials_and_a_seed_repeats_them(sweep_stack):
