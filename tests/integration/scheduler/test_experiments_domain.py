@@ -172,6 +172,20 @@ async def test_reconcile_frees_slots_of_trials_that_ended_unseen(sweep, client):
     assert sorted(await sweep.store.trials("sweep-e")) == [0, 1]
 
 
+async def test_reconcile_carries_out_an_asha_stop_decided_before_a_crash(sweep, client):
+    exp = make_experiment(lrs=(0.1, 0.2), max_concurrent=2)
+    exp.early_stopping.asha.CopyFrom(experiment_pb2.AshaPolicy(time_attr="epoch", max_t=9, grace_period=1))
+    await sweep.create(exp, "sweep-h")
+    # The decision is durable, but the replica died before stopping the trial.
+    await client.hset(keys.asha_stopped("sweep-h"), "1", "asha: decided before the crash")
+    await sweep.reconcile()
+    await asyncio.gather(*sweep._tasks)
+    trials = await _trials(sweep, "sweep-h")
+    assert trials[1].state == J.JOB_STATE_EARLY_STOPPED
+    assert trials[1].state_reason == "asha: decided before the crash"
+    assert trials[0].state == J.JOB_STATE_QUEUED
+
+
 async def test_cancel_cancels_waiting_trials_and_creates_no_more(sweep):
     await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3, 0.4), max_concurrent=2), "sweep-f")
     exp = await sweep.cancel("experiments/sweep-f", "enough")
