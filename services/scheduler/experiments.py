@@ -25,13 +25,13 @@ import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
 
-from google.protobuf import struct_pb2
-
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
 from paddleray.services.common import errors
-from paddleray.services.scheduler import asha, keys, search, validation
+from paddleray.services.common.logs import log_context
+from paddleray.services.scheduler import asha, keys, search
 from paddleray.services.scheduler.experiment_store import ExperimentRecord, ExperimentStore
+from paddleray.services.scheduler.experiment_validation import MAX_DISPLAY_NAME, validate_experiment
 from paddleray.services.scheduler.hooks import JobHooks
 from paddleray.services.scheduler.jobs import JobManager, is_terminal, now_ts
 from paddleray.services.scheduler.store import now_ms
@@ -39,7 +39,6 @@ from paddleray.services.scheduler.store import now_ms
 log = logging.getLogger(__name__)
 
 E = experiment_pb2.ExperimentState
-_MAX_DISPLAY_NAME = 256
 # Same form as job ids: trial job ids are derived from it.
 _ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 
@@ -94,7 +93,7 @@ class ExperimentManager:
             raise errors.InvalidArgument("experiment_id", "must be 1-63 characters of [a-z0-9-] starting with a letter")
         if len(request_id) > 128:
             raise errors.InvalidArgument("request_id", "at most 128 characters")
-        plan = _validate(experiment)
+        plan = validate_experiment(experiment)
         stored = experiment_pb2.Experiment()
         stored.CopyFrom(experiment)
         for output_only in ("state", "state_reason", "trials_by_state", "best_trial", "end_time"):
@@ -182,7 +181,7 @@ class ExperimentManager:
         job.CopyFrom(experiment.trial_template)
         job.spec.config.CopyFrom(search.apply_to_config(experiment.trial_template.spec.config, parameters))
         job.labels.update(experiment.labels)
-        job.display_name = f"{experiment.display_name or experiment_id} trial {index}"[:_MAX_DISPLAY_NAME]
+        job.display_name = f"{experiment.display_name or experiment_id} trial {index}"[:MAX_DISPLAY_NAME]
         job_id = f"{trial_job_prefix(experiment_id)}{index}"
         try:
             await self.jobs.create_trial(
@@ -224,6 +223,9 @@ class ExperimentManager:
             return
         decision = await self._asha_state(experiment_id, ranking.asha).on_report(str(index), report)
         if decision.stop:
+            if job_name not in self._stopping:
+                with log_context(experiment=experiment_id, trial=index):
+                    log.info("stopping %s early: %s", job_name, decision.reason)
             self._stop_early(job_name, decision.reason)
 
     async def on_terminal(self, job_name: str, state: int) -> None:
@@ -232,7 +234,8 @@ class ExperimentManager:
             return
         experiment_id, index = owner
         if await self.store.release_trial(experiment_id, index):
-            log.info("trial %s of experiments/%s ended %s", job_name, experiment_id, job_pb2.JobState.Name(state))
+            with log_context(experiment=experiment_id, trial=index):
+                log.info("trial %s ended %s", job_name, job_pb2.JobState.Name(state))
         await self.fill(experiment_id)
 
     def _stop_early(self, job_name: str, reason: str) -> None:
@@ -375,31 +378,3 @@ class ExperimentManager:
 
 def _sign(mode: int) -> int:
     return -1 if mode == common_pb2.METRIC_MODE_MIN else 1
-
-
-def _validate(experiment: experiment_pb2.Experiment) -> list[search.TrialParameters]:
-    """Checks every client field; returns the plan. Every trial's job is checked like CreateJob."""
-    if len(experiment.display_name) > _MAX_DISPLAY_NAME:
-        raise errors.InvalidArgument("experiment.display_name", f"at most {_MAX_DISPLAY_NAME} characters")
-    if not experiment.metric:
-        raise errors.InvalidArgument("experiment.metric", "required: the reported metric that ranks trials")
-    if experiment.mode not in (common_pb2.METRIC_MODE_MIN, common_pb2.METRIC_MODE_MAX):
-        raise errors.InvalidArgument("experiment.mode", "must be METRIC_MODE_MIN or METRIC_MODE_MAX")
-    if experiment.max_concurrent_trials < 0:
-        raise errors.InvalidArgument("experiment.max_concurrent_trials", "must be >= 0 (0 means no limit)")
-    if not experiment.HasField("trial_template"):
-        raise errors.InvalidArgument("experiment.trial_template", "required")
-    validation.validate_labels(experiment.labels, "experiment.labels")
-    template = job_pb2.Job()
-    template.CopyFrom(experiment.trial_template)
-    template.labels.update(experiment.labels)
-    validation.validate_job(template, "experiment.trial_template")
-    asha.config_from_proto(experiment)
-    plan = search.expand(experiment)
-    for parameters in plan:
-        config: struct_pb2.Struct = search.apply_to_config(template.spec.config, parameters)
-        if config.ByteSize() > validation.MAX_CONFIG_BYTES:
-            raise errors.InvalidArgument(
-                "experiment.trial_template.spec.config", "at most 1 MiB serialized with a trial's parameters"
-            )
-    return plan
