@@ -3,7 +3,8 @@
 A trial run reports {"epoch": e, "acc": acc} once per epoch for config["epochs"] epochs,
 config["epoch_s"] seconds apart, with a checkpoint after each epoch. Its accuracy comes from
 its config: acc = trial_score(lr) * e / epochs with trial_score(lr) = 1 - |lr - 0.3|, so trials
-rank by lr the same way at every epoch and ASHA has something to cut. The trainer also counts
+rank by lr the same way at every epoch and ASHA has something to cut; with config["overfit_after"]
+= k, accuracy falls by 0.1 per epoch after epoch k. The trainer also counts
 the runs in flight at once (what max_concurrent_trials bounds) and the epochs run in all (the
 compute ASHA saves).
 """
@@ -49,6 +50,9 @@ class SweepTrainer(FakeTrainer):
                 return
             self.epochs_run += 1
             acc = score * epoch / epochs
+            overfit_after = config.get("overfit_after")
+            if overfit_after is not None and epoch > overfit_after:
+                acc = score * overfit_after / epochs - 0.1 * (epoch - overfit_after)
             report = common_pb2.MetricsReport(step=epoch, metrics={"epoch": float(epoch), "acc": acc})
             fake.run.latest_metrics.CopyFrom(report)
             await fake.emit(metrics=report)

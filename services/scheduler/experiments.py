@@ -158,8 +158,25 @@ class ExperimentManager:
         job_record = jobs.get(best_index)
         if job_record is not None:
             best.job = job_record.job.name
-            if job_record.job.HasField("latest_checkpoint"):
-                best.checkpoint.CopyFrom(job_record.job.latest_checkpoint)
+            checkpoint = await self._best_checkpoint(job_record.job, experiment.metric, _sign(experiment.mode))
+            if checkpoint is not None:
+                best.checkpoint.CopyFrom(checkpoint)
+
+    async def _best_checkpoint(self, job: job_pb2.Job, metric: str, sign: int) -> common_pb2.Checkpoint | None:
+        """The trial's checkpoint with the best metric among its kept events, else its newest."""
+        job_id = job.name.removeprefix("jobs/")
+        best, best_value, after = None, -math.inf, 0
+        while events := await self.jobs.store.events_after(job_id, after):
+            after = events[-1].sequence
+            for event in events:
+                if event.WhichOneof("payload") != "checkpoint" or metric not in event.checkpoint.metrics:
+                    continue
+                value = sign * event.checkpoint.metrics[metric]
+                if value >= best_value:  # ties go to the newer checkpoint
+                    best, best_value = event.checkpoint, value
+        if best is None and job.HasField("latest_checkpoint"):
+            return job.latest_checkpoint
+        return best
 
     # -- trials -----------------------------------------------------------------------------
 

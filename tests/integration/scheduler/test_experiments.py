@@ -135,6 +135,17 @@ async def test_grid_sweep_runs_every_trial_within_max_concurrent_and_reports_the
         assert done.best_trial.checkpoint.uri == best.latest_checkpoint.uri
 
 
+async def test_the_best_trial_points_at_its_best_checkpoint_not_its_newest(sweep_stack):
+    exp = sweep((0.3, 0.1), epochs=5)
+    exp.trial_template.spec.config.update({"overfit_after": 3})
+    async with sweep_stack() as stack:
+        done = await stack.wait_ended((await stack.create(exp, "overfit")).name)
+        assert done.best_trial.metric_value == pytest.approx(trial_score(0.3) * 3 / 5)
+        assert done.best_trial.checkpoint.uri.endswith("epoch-3") and done.best_trial.checkpoint.epoch == 3
+        best = next(t for t in await stack.trials(done.name) if t.name == done.best_trial.job)
+        assert best.latest_checkpoint.uri.endswith("epoch-5")
+
+
 async def test_two_replicas_share_a_sweep_without_duplicates_or_extra_concurrency(sweep_stack):
     lrs = tuple(round(0.05 * i, 2) for i in range(1, 11))
     async with sweep_stack() as first:
