@@ -43,9 +43,13 @@ def stack_factory(redis_url):
     """`async with stack_factory(cpus=.., gpus=.., **settings) as stack`."""
 
     @contextlib.asynccontextmanager
-    async def make(cpus: float = 4, gpus: float = 0, fake: FakeTrainer | None = None, **settings):
+    async def make(cpus: float = 4, gpus: float = 0, fake: FakeTrainer | None = None, trainer_address: str = "",
+                   **settings):
+        """With trainer_address, the scheduler uses that (real) trainer instead of a fake."""
         fake = fake or FakeTrainer(cpus=cpus, gpus=gpus)
-        trainer_server, trainer_address = await start_fake_trainer(fake)
+        trainer_server = None
+        if not trainer_address:
+            trainer_server, trainer_address = await start_fake_trainer(fake)
         defaults = {"dispatch_interval_s": 0.05, "lease_ttl_s": 3, "stop_wait_s": 10}
         config = SchedulerSettings(redis_url=redis_url, trainer_address=trainer_address, **(defaults | settings))
         app = SchedulerApp(config)
@@ -58,6 +62,7 @@ def stack_factory(redis_url):
             await channel.close()
             await stop_server(server, 0.5)
             await app.stop()
-            await trainer_server.stop(0.5)
+            if trainer_server is not None:
+                await trainer_server.stop(0.5)
 
     return make
