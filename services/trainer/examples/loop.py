@@ -199,19 +199,21 @@ def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...],
     metrics: dict[str, float] = {}
     for epoch in range(first_epoch, cfg.epochs):
         started = time.perf_counter()
-        loss_sum = samples = 0.0
+        # Summed on the device: reading the loss back every step would wait for a GPU each time.
+        loss_total, samples = paddle.zeros([], dtype="float32"), 0
         for step, (x, y) in enumerate(train_batches(epoch)):
             # Alone, a check is free; across ranks it is a collective, so only every few steps.
             if (ctx.world_size == 1 or step % cfg.stop_check_steps == 0) and _stop_agreed(ctx):
+                print(f"{model_name}: rank {ctx.rank} stops at epoch {epoch + 1} step {step}", flush=True)
                 return metrics
             loss = F.cross_entropy(net(paddle.to_tensor(x).reshape([-1, *input_shape])), paddle.to_tensor(y))
             loss.backward()
             optimizer.step()
             optimizer.clear_grad()
-            loss_sum += float(loss) * len(y)
+            loss_total += loss.detach() * len(y)
             samples += len(y)
         elapsed = time.perf_counter() - started
-        loss_sum, samples = _all_reduce_sum([loss_sum, samples], ctx.world_size)
+        loss_sum, samples = _all_reduce_sum([float(loss_total), float(samples)], ctx.world_size)
         val_loss, accuracy = evaluate(model, val_batches, input_shape, ctx.world_size)
         metrics = {
             "epoch": float(epoch + 1),

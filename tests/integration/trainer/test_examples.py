@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
-from google.protobuf import struct_pb2
+from google.protobuf import duration_pb2, struct_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.trainer.examples import digits_data, loop
@@ -25,7 +25,7 @@ def examples_client(client, trainer, monkeypatch):
     return client
 
 
-def _start(client, model: str, config: dict, num_workers: int = 1, datasets=(), resume_from=None) -> run_pb2.Run:
+def _start(client, model: str, config: dict, num_workers: int = 1, datasets=(), resume_from=None, wait=True) -> run_pb2.Run:
     struct = struct_pb2.Struct()
     struct.update(config)
     spec = common_pb2.TrainingSpec(
@@ -37,6 +37,8 @@ def _start(client, model: str, config: dict, num_workers: int = 1, datasets=(), 
     )
     request = trainer_service_pb2.StartRunRequest(spec=spec, resume_from=resume_from)
     run = client.stub.StartRun(request, timeout=30).run
+    if not wait:
+        return run
     done = client.wait_done(run.name, timeout=240)
     assert done.state == run_pb2.RUN_STATE_SUCCEEDED, done.state_reason
     return done
@@ -89,3 +91,24 @@ def test_cnn_trains_on_datasets_and_resumes_at_the_next_epoch(examples_client, t
     logs = examples_client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name=resumed.name), timeout=30)
     texts = [line.text for batch in logs for line in batch.lines]
     assert any("epochs 2..2 train=dataset validation=dataset" in t for t in texts), texts
+
+
+def test_a_stop_ends_both_data_parallel_ranks_on_their_own(examples_client):
+    """The ranks agree on the step to stop at, so neither is left waiting in a collective
+    until the trainer kills it: both log their exit, and the run ends STOPPED."""
+    config = {"epochs": 500, "batch_size": 64, "stop_check_steps": 3}
+    run = _start(examples_client, "digits_mlp", config, num_workers=2, wait=False)
+    examples_client.wait_for(run.name, lambda r: r.latest_metrics.metrics.get("epoch", 0) >= 1, timeout=180)
+
+    request = trainer_service_pb2.StopRunRequest(
+        name=run.name, grace_period=duration_pb2.Duration(seconds=120), reason="test stop"
+    )
+    examples_client.stub.StopRun(request, timeout=30)
+    done = examples_client.wait_done(run.name, timeout=180)
+
+    assert done.state == run_pb2.RUN_STATE_STOPPED, done.state_reason
+    assert done.latest_checkpoint.epoch >= 1
+    logs = examples_client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name=run.name), timeout=30)
+    stops = {line.rank: line.text for batch in logs for line in batch.lines if "stops at epoch" in line.text}
+    assert sorted(stops) == [0, 1], stops
+    assert stops[0].split("stops at")[1] == stops[1].split("stops at")[1]  # the same epoch and step
