@@ -90,7 +90,10 @@ def _check_header(location: str, fmt: str, index: int) -> None:
     import pyarrow.fs
     import pyarrow.parquet as pq
 
-    filesystem, path = pyarrow.fs.FileSystem.from_uri(location if "://" in location else f"file://{location}")
+    if "://" in location:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(location)
+    else:
+        filesystem, path = pyarrow.fs.LocalFileSystem(), location
     if filesystem.get_file_info(path).type != pyarrow.fs.FileType.File:
         return  # a directory of files: each is checked when read
     try:

@@ -121,3 +121,11 @@ def test_npy_of_another_format_is_an_invalid_argument(tmp_path):
     (tmp_path / "broken.npy").write_text("id\n1\n")
     with pytest.raises(InvalidArgument, match=r"spec.datasets\[0\].uri: cannot read as npy"):
         resolve_datasets([common_pb2.Dataset(name="t", uri="broken.npy")], tmp_path)
+
+
+def test_local_names_with_spaces_resolve_and_pass_the_header_check(tmp_path):
+    (tmp_path / "my data").mkdir()
+    pq.write_table(pa.table({"id": [1, 2]}), tmp_path / "my data" / "ids 1.parquet")
+    [resolved] = resolve_datasets([common_pb2.Dataset(name="t", uri="my data/ids 1.parquet")], tmp_path)
+    assert resolved.format == "parquet"
+    assert resolved.location.endswith("my data/ids 1.parquet")
