@@ -90,7 +90,7 @@ def local_ranks(node_ids: Sequence[str]) -> list[int]:
 @dataclass
 class WorkerGroup:
     spec: GroupSpec
-    placement: PlacementGroup
+    placement: PlacementGroup | None
     actors: list[Any] = field(default_factory=list)
     workers: list[dict[str, Any]] = field(default_factory=list)  # info() of each rank, plus local_rank
     id: int = field(default_factory=lambda: next(_group_ids))
@@ -132,6 +132,7 @@ class WorkerGroup:
         for actor in self.actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
-        with contextlib.suppress(Exception):
-            remove_placement_group(self.placement)
+        if self.placement is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.placement)
         log.info("worker group %d killed (%d actors)", self.id, len(self.actors))

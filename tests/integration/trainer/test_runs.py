@@ -7,7 +7,10 @@ import pytest
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.trainer import metrics
-from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
+from paddleray.services.trainer.__main__ import registrations
+from paddleray.services.trainer.trainer import Trainer
+from paddleray.trainer.v1 import run_pb2, trainer_service_pb2, trainer_service_pb2_grpc
+from support import ServerThread
 
 pytestmark = pytest.mark.integration
 
@@ -162,3 +165,21 @@ def test_working_dir_and_env_vars_reach_the_workers(client, trainer, tmp_path, m
     assert "cwd has ['shipped_entry.py']" in [line.text for batch in logs for line in batch.lines]
     idle_with_working_dir = [i for i in trainer.pool._idle if i.group.spec.env.working_dir]
     assert idle_with_working_dir == [], "groups with a working_dir are not kept warm"
+
+
+def test_runs_survive_a_trainer_restart(client, trainer):
+    done = client.wait_done(client.start("hello", {"lines": 0}).name)
+    before = [r.event for r in client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=done.name))]
+    restarted = Trainer(trainer.settings)
+    assert restarted.registry.load() >= 1
+    server = ServerThread(trainer.settings, registrations(restarted))
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = trainer_service_pb2_grpc.TrainerServiceStub(channel)
+            again = stub.GetRun(trainer_service_pb2.GetRunRequest(name=done.name)).run
+            after = [r.event for r in stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=done.name))]
+    finally:
+        server.stop()
+    assert again.state == run_pb2.RUN_STATE_SUCCEEDED
+    assert again.latest_metrics == done.latest_metrics and again.create_time == done.create_time
+    assert after == before
