@@ -35,6 +35,7 @@ class ServiceProcess:
     address: str
     pid: int
     log_file: str
+    metrics_address: str = ""
 
 
 @dataclass
@@ -91,12 +92,15 @@ def _start_redis(state_dir: Path, redis_url: str | None) -> tuple[str, int | Non
     return redis.url, redis.process.pid
 
 
-def _service_env(service: str, state: StackState, port: int, port_file: Path, auth_token: str) -> dict[str, str]:
+def _service_env(
+    service: str, state: StackState, port: int, metrics_port: int, port_file: Path, auth_token: str
+) -> dict[str, str]:
     prefix = f"PADDLERAY_{service.upper()}_"
     env = {**os.environ, **AUTH_ENV, "GLOG_v": "0", "GLOG_minloglevel": "2"}
     env.update({
         prefix + "PORT": str(port),
         prefix + "PORT_FILE": str(port_file),
+        prefix + "METRICS_PORT": str(metrics_port),
         prefix + "STORAGE_ROOT": state.storage_root,
         prefix + "REDIS_URL": state.redis_url,
         prefix + "RAY_ADDRESS": state.ray_address,
@@ -109,17 +113,17 @@ def _service_env(service: str, state: StackState, port: int, port_file: Path, au
 
 def _start_service(service: str, state: StackState, auth_token: str) -> ServiceProcess:
     state_dir = Path(state.state_dir)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     port_file = state_dir / f"{service}.port"
     port_file.unlink(missing_ok=True)
     log_file = state_dir / f"{service}.log"
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", f"paddleray.services.{service}"],
-            env=_service_env(service, state, port, port_file, auth_token),
+            env=_service_env(service, state, port, metrics_port, port_file, auth_token),
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
-    return ServiceProcess(service, f"127.0.0.1:{port}", process.pid, str(log_file))
+    return ServiceProcess(service, f"127.0.0.1:{port}", process.pid, str(log_file), f"127.0.0.1:{metrics_port}")
 
 
 def up(
@@ -164,7 +168,19 @@ def up(
     except BaseException:
         down(state_dir)
         raise
+    write_prometheus_config(state)
     return state
+
+
+def write_prometheus_config(state: StackState) -> Path:
+    """A Prometheus config scraping the stack's services (`prometheus --config.file=...`)."""
+    jobs = [
+        f"  - job_name: paddleray-{p.name}\n    static_configs:\n      - targets: ['{p.metrics_address}']\n"
+        for p in state.services.values()
+    ]
+    path = Path(state.state_dir) / "prometheus.yml"
+    path.write_text("global:\n  scrape_interval: 5s\nscrape_configs:\n" + "".join(jobs))
+    return path
 
 
 def _serving_or_dead(process: ServiceProcess) -> bool:

@@ -6,9 +6,11 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 
 import grpc
 import pytest
+import yaml
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from paddleray.services.localstack import stack
@@ -47,6 +49,12 @@ def test_up_starts_everything_healthy_and_down_stops_exactly_it(tmp_path):
                 assert serving(address, service), f"{name} does not report {service} SERVING"
             with grpc.insecure_channel(address) as channel:
                 assert expected <= set(ProtoReflectionDescriptorDatabase(channel).get_services())
+            metrics = urllib.request.urlopen(f"http://{state['services'][name]['metrics_address']}/metrics", timeout=5).read()
+            assert b"paddleray_grpc_requests_total" in metrics
+        prometheus = yaml.safe_load((state_dir / "prometheus.yml").read_text())
+        assert {t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]} == {
+            s["metrics_address"] for s in state["services"].values()
+        }
         status = _paddleray("status", "--state-dir", str(state_dir))
         assert status.returncode == 0 and "NOT SERVING" not in status.stdout
     finally:
