@@ -100,6 +100,9 @@ class RunExecutor:
             metrics.TIME_TO_FIRST_LINE.labels(warm=str(warm).lower()).observe(time.monotonic() - created)
             state, reason, reusable = await self._supervise(group)
             self._end(state, reason)
+        except asyncio.CancelledError:
+            self._end(runs.STOPPED, "" if self._stop else "the trainer shut down")
+            raise
         except Exception as exc:  # noqa: BLE001 - the run fails with the cause; the service stays up
             log.exception("run %s failed in the trainer", self.run_id)
             self._end(runs.FAILED, f"trainer error: {type(exc).__name__}: {exc}"[:_CAUSE_CHARS])

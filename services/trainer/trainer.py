@@ -106,8 +106,11 @@ class Trainer:
             executor.request_stop(runs.STOPPED, "the trainer is shutting down", 0)
             if executor.group is not None:
                 executor.group.kill()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        # Let each run record its end before the process goes.
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.pool.shutdown()
 
     async def start_run(

@@ -88,8 +88,11 @@ class WorkerActor:
         self._paddle.distributed.init_parallel_env()
 
     def start(self, entrypoint: str, spec: ContextSpec) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            raise RuntimeError("this worker is still running a function")
+        if self._thread is not None:
+            # The previous function has handed over its outcome; its thread is finishing.
+            self._thread.join(timeout=5)
+            if self._thread.is_alive():
+                raise RuntimeError("this worker is still running a function")
         self._reports = queue.Queue()
         self._unacknowledged = []
         self._stop = threading.Event()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -94,3 +95,21 @@ def test_checkpoint_retention_and_best_checkpoint(client, tmp_path):
 
     kept = sorted(p.name for p in Path(done.latest_checkpoint.uri).parent.iterdir())
     assert len(kept) in (1, 2) and Path(done.best_checkpoint.uri).name in kept
+
+
+def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer):
+    from paddleray.services.trainer.settings import TrainerSettings
+    from paddleray.services.trainer.trainer import Trainer
+
+    own = Trainer(TrainerSettings(storage_root=trainer.settings.storage_root, entrypoint_allowlist=trainer.settings.entrypoint_allowlist))
+
+    async def scenario():
+        record = await own.start_run(client.spec("ignore_stop"))
+        while record.state != "RUNNING":
+            await asyncio.sleep(0.05)
+        await own.shutdown()
+        return record
+
+    record = asyncio.run(asyncio.wait_for(scenario(), timeout=120))
+    assert record.state == "STOPPED" and record.state_reason == "the trainer is shutting down"
+    assert own.pool.idle_count() == 0
