@@ -121,3 +121,28 @@ def test_cpu_bundles_leave_out_what_is_not_asked():
 
 def test_local_ranks_count_per_node():
     assert local_ranks(["a", "a", "b", "a", "b"]) == [0, 1, 0, 2, 1]
+
+
+def test_a_worker_given_half_a_gpu_sets_paddles_flags_before_importing_it(monkeypatch):
+    import builtins
+    import os
+
+    from paddleray.services.trainer import worker
+
+    for key in ("CUDA_VISIBLE_DEVICES", "FLAGS_selected_gpus", "FLAGS_gpu_memory_limit_mb", "FLAGS_fraction_of_gpu_memory_to_use"):
+        monkeypatch.setenv(key, "unset")  # restored after the test
+    monkeypatch.setattr(worker.ray, "get_gpu_ids", lambda: ["3"])  # what Ray assigned
+    monkeypatch.setattr(worker, "probe_gpu_memory_mb", lambda device: 16_000 if device == "3" else None)
+    seen_at_import = {}
+    real_import = builtins.__import__
+
+    def recording_import(name, *args, **kwargs):
+        if name == "paddle" and not seen_at_import:
+            seen_at_import.update({k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "FLAGS_gpu_memory_limit_mb")})
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", recording_import)
+    worker.WorkerActor(num_gpus=0.5)
+    assert seen_at_import == {"CUDA_VISIBLE_DEVICES": "3", "FLAGS_gpu_memory_limit_mb": "8000"}
+    assert os.environ["FLAGS_selected_gpus"] == "0"
+    assert os.environ["FLAGS_fraction_of_gpu_memory_to_use"] == "0.5000"
