@@ -176,7 +176,8 @@ class RunRegistry:
         event = RunEvent(len(events) + 1, time.time(), kind, data)
         events.append(event)
         self._append_event(record.run_id, event)
-        self._save(record)
+        if kind != "metrics":  # the record is saved again at every state change, metrics included
+            self._save(record)
         # Wake every watcher, then give later waiters a fresh event to wait on.
         self._changed[record.run_id].set()
         self._changed[record.run_id] = asyncio.Event()

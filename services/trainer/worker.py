@@ -26,8 +26,9 @@ from paddleray.services.trainer.logs import capture_output
 
 # Enough of a traceback to locate the failure in a run's state_reason.
 _TRACEBACK_CHARS = 2000
-# ctx.report() returns once the trainer has received the report (so a process that dies right
-# after reporting loses nothing), or after this long if the trainer is slow to poll.
+# ctx.report(checkpoint=...) returns once the trainer has received the report (so a process
+# that dies right after checkpointing loses nothing), or after this long if the trainer is
+# slow to poll. Reports of metrics alone do not wait: a rank may report every step.
 _HANDOFF_TIMEOUT_S = 10.0
 
 
@@ -131,7 +132,8 @@ class WorkerActor:
     def _hand_over(self, report: Report) -> None:
         taken = threading.Event()
         self._reports.put((report, taken))
-        taken.wait(_HANDOFF_TIMEOUT_S)
+        if report.checkpoint is not None:
+            taken.wait(_HANDOFF_TIMEOUT_S)
 
     def _run(self, entrypoint: str, spec: ContextSpec) -> None:
         with capture_output(spec.paths.logs, spec.rank):
