@@ -104,7 +104,7 @@ class WorkerActor:
         """Reports since the last call, waiting up to timeout_s for the first one.
 
         The trainer calls again as soon as it has a reply, so a call also acknowledges the
-        reports of the previous one: only then do their ctx.report() calls return.
+        reports of the previous one: only then do their ctx.report(checkpoint=...) calls return.
         """
         for taken in self._unacknowledged:
             taken.set()
