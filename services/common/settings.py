@@ -6,7 +6,9 @@ so one environment can configure all three without collisions.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Self
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,7 +17,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class ServiceSettings(BaseSettings):
     """Settings every gRPC service has."""
 
-    model_config = SettingsConfigDict(env_prefix="PADDLERAY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PADDLERAY_", extra="ignore", cli_kebab_case=True)
+
+    @classmethod
+    def from_env_and_flags(cls, prog: str, argv: list[str] | None = None) -> Self:
+        """Environment variables, overridden by command-line flags (--port 50051, --log-level DEBUG, ...)."""
+        return cls(_cli_parse_args=sys.argv[1:] if argv is None else argv, _cli_prog_name=prog)
 
     host: str = Field("127.0.0.1", description="Address the gRPC server binds to.")
     port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")

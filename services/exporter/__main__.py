@@ -21,7 +21,7 @@ def registrations(settings: ExporterSettings) -> list[ServiceRegistration]:
 
 
 def main() -> None:
-    settings = ExporterSettings()
+    settings = ExporterSettings.from_env_and_flags("paddleray-exporter")
     run(lambda: run_service("exporter", settings, registrations(settings)))
 
 

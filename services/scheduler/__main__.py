@@ -28,7 +28,7 @@ async def serve(settings: SchedulerSettings) -> None:
 
 
 def main() -> None:
-    settings = SchedulerSettings()
+    settings = SchedulerSettings.from_env_and_flags("paddleray-scheduler")
     run(lambda: serve(settings))
 
 

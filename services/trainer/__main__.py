@@ -27,7 +27,7 @@ async def serve(settings: TrainerSettings) -> None:
 
 
 def main() -> None:
-    settings = TrainerSettings()
+    settings = TrainerSettings.from_env_and_flags("paddleray-trainer")
     run(lambda: serve(settings))
 
 
