@@ -138,3 +138,10 @@ def test_rayjob_smoke_test_asks_for_a_gpu_on_gpu_workers():
     [worker] = _containers(gpu)
     assert "paddleray-gpu" in worker["image"]
     assert int(worker["resources"]["limits"]["nvidia.com/gpu"]) == 1
+
+
+def test_every_ray_container_exposes_the_metrics_port_prometheus_scrapes():
+    cluster = _doc("raycluster.yaml")["spec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        for container in _containers(group):
+            assert {"name": "metrics", "containerPort": 8080} in container["ports"], container["name"]
