@@ -63,15 +63,17 @@ def read_checkpoint(path: str | os.PathLike) -> CheckpointInfo | None:
     directory = Path(path)
     try:
         data = json.loads((directory / MANIFEST).read_text())
-    except (OSError, ValueError):
+        return CheckpointInfo(
+            path=directory,
+            step=int(data["step"]),
+            epoch=int(data["epoch"]),
+            metrics={k: float(v) for k, v in data.get("metrics", {}).items()},
+            create_time=float(data.get("create_time", 0.0)),
+        )
+    # A manifest that is not ours (or was edited) makes the directory no checkpoint, rather
+    # than an error in StartRun's validation or in every listing of the run's checkpoints.
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return CheckpointInfo(
-        path=directory,
-        step=int(data["step"]),
-        epoch=int(data["epoch"]),
-        metrics={k: float(v) for k, v in data.get("metrics", {}).items()},
-        create_time=float(data.get("create_time", 0.0)),
-    )
 
 
 class CheckpointStore:

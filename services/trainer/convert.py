@@ -7,6 +7,7 @@ from typing import Any
 from google.protobuf import duration_pb2, json_format, timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common import errors
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.logs import LogLine
 from paddleray.services.trainer.trainer import ClusterResources, Resources
@@ -20,6 +21,9 @@ def state_to_proto(state: str) -> int:
 
 
 def state_from_proto(value: int) -> str:
+    # Proto3 enums are open: a newer client may send a number this build does not know.
+    if value not in run_pb2.RunState.values():
+        raise errors.InvalidArgument("states", f"{value} is not a run state")
     return run_pb2.RunState.Name(value).removeprefix("RUN_STATE_")
 
 

@@ -11,7 +11,6 @@ group when the grace period ends first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import time
@@ -20,14 +19,14 @@ from pathlib import Path
 
 import ray
 
-from paddleray.services.trainer import metrics, runs
+from paddleray.services.trainer import metrics, placement, runs
 from paddleray.services.trainer.backend import PaddleBackendConfig
-from paddleray.services.trainer.checkpoints import CheckpointStore
+from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore
 from paddleray.services.trainer.context import ContextSpec, Report, RunPaths
 from paddleray.services.trainer.pool import WorkerPool
 from paddleray.services.trainer.spec import RunSpec
 from paddleray.services.trainer.worker import Outcome
-from paddleray.services.trainer.worker_group import WorkerGroup
+from paddleray.services.trainer.worker_group import WorkerGroup, bundle
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,9 @@ _CAUSE_CHARS = 500
 # raises in the survivors (gloo reports a closed connection) about as fast as Ray reports the
 # death. Waiting this long for a death names the root cause instead of its echo.
 _PEER_DEATH_WAIT_S = 1.5
+# A placement group that takes this long is probably waiting for resources: say which.
+_PLACEMENT_HINT_AFTER_S = 2.0
+_PLACEMENT_HINT_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class RunExecutor:
         self._storage_root = Path(storage_root)
         self._last_report: float | None = None
         self._reported_throughput = False
+        self._best: CheckpointInfo | None = None
         self.group: WorkerGroup | None = None
 
     def request_stop(self, state: str, reason: str, grace_s: float) -> None:
@@ -131,21 +134,47 @@ class RunExecutor:
             self._registry.add_checkpoint(self.run_id, latest, store.best(self.spec.retention))
 
     async def _acquire(self) -> tuple[WorkerGroup | None, bool]:
-        """The worker group, or None when a stop came first."""
+        """The worker group, or None when a stop came first. Cancelling frees what it took."""
 
         def placed() -> None:
             self._registry.transition(self.run_id, runs.STARTING, "placement group ready; starting workers")
 
         acquiring = asyncio.ensure_future(self._pool.acquire(self.spec.group, on_placed=placed))
         stopped = asyncio.ensure_future(self._stop_asked.wait())
-        await asyncio.wait({acquiring, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
+        try:
+            wait_s = _PLACEMENT_HINT_AFTER_S
+            while not (acquiring.done() or stopped.done()):
+                await asyncio.wait({acquiring, stopped}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                if not (acquiring.done() or stopped.done()):
+                    await self._explain_pending()
+                wait_s = _PLACEMENT_HINT_EVERY_S
+        except BaseException:
+            # asyncio.wait leaves its tasks running: an orphaned acquire would place a group
+            # (and start its actors) for a run that no longer exists.
+            await _abandon(acquiring, self._pool)
+            raise
+        finally:
+            stopped.cancel()
         if acquiring.done():
             return acquiring.result()
-        acquiring.cancel()
-        with contextlib.suppress(BaseException):
-            await acquiring
+        await _abandon(acquiring, self._pool)
         return None, False
+
+    async def _explain_pending(self) -> None:
+        """Says in the PENDING run's state_reason which resources its placement waits for."""
+        try:
+            total, available, nodes = await asyncio.to_thread(placement.cluster_view)
+        except Exception as exc:  # noqa: BLE001 - the hint is best effort; placement goes on
+            log.warning("run %s: cannot read cluster resources for a placement hint: %s", self.run_id, exc)
+            return
+        # Idle warm groups are evicted for a waiting run: what they hold counts as available.
+        idle = self._pool.idle_resources()
+        available = {k: available.get(k, 0.0) + idle.get(k, 0.0) for k in {*available, *idle}}
+        group = self.spec.group
+        hint = placement.placement_hint(
+            bundle(group.resources), group.num_workers, group.strategy, total, available, nodes
+        )
+        self._registry.explain(self.run_id, runs.PENDING, hint)
 
     async def _start_ranks(self, group: WorkerGroup) -> None:
         shards: list[dict] = [{} for _ in group.actors]
@@ -224,8 +253,22 @@ class RunExecutor:
             self._reported_throughput = True
         self._registry.add_metrics(self.run_id, report.step, report.metrics)
         if report.checkpoint is not None:
-            best = CheckpointStore(self._paths.checkpoints).best(self.spec.retention)
-            self._registry.add_checkpoint(self.run_id, report.checkpoint, best)
+            # Kept from the reports rather than by reading every manifest again on the event
+            # loop (retention never deletes the best checkpoint).
+            policy = self.spec.retention
+            if policy.best_metric in report.checkpoint.metrics and (
+                self._best is None or policy.rank_key(report.checkpoint) < policy.rank_key(self._best)
+            ):
+                self._best = report.checkpoint
+            self._registry.add_checkpoint(self.run_id, report.checkpoint, self._best)
+
+
+async def _abandon(acquiring: asyncio.Future, pool: WorkerPool) -> None:
+    """Cancels a pool.acquire() and frees the group it may have got all the same."""
+    acquiring.cancel()
+    await asyncio.wait({acquiring})
+    if not acquiring.cancelled() and acquiring.exception() is None:
+        pool.release(acquiring.result()[0], reusable=False)
 
 
 def _failure(rank: int, task: asyncio.Future) -> str:

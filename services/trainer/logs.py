@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STREAMS = {"stdout": 1, "stderr": 2}
+# GetRunLogs sends a run's lines in messages of about this much text, far below gRPC's limit.
+_BATCH_BYTES = 1 << 20
+_LINE_OVERHEAD_BYTES = 32  # rank, stream and timestamp fields of a LogLine message
+_TAIL_BLOCK_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,10 @@ class LogReader:
         """Everything written so far, or the last `tail_lines` lines of each rank."""
         by_rank: dict[int, list[LogLine]] = {}
         for rank, stream, path in self._files:
+            if tail_lines > 0:
+                # A rank's last n lines are among the last n of each of its streams: the
+                # rest of a (possibly huge) file is never read.
+                self._offsets[path] = _tail_offset(path, tail_lines)
             by_rank.setdefault(rank, []).extend(self._read_new(rank, stream, path))
         lines: list[LogLine] = []
         for rank_lines in by_rank.values():
@@ -131,6 +139,45 @@ class LogReader:
         self._offsets[path] = offset + len(complete)
         text = complete.decode("utf-8", errors="replace")
         return [_parse(raw, rank, stream) for raw in text.splitlines()]
+
+
+def batches(lines: list[LogLine], max_bytes: int = _BATCH_BYTES) -> Iterator[list[LogLine]]:
+    """`lines` in order, cut into batches of about max_bytes of text (one message each)."""
+    batch: list[LogLine] = []
+    size = 0
+    for line in lines:
+        if batch and size + len(line.text) > max_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append(line)
+        size += len(line.text) + _LINE_OVERHEAD_BYTES
+    if batch:
+        yield batch
+
+
+def _tail_offset(path: Path, lines: int) -> int:
+    """Where the last `lines` complete lines of a file start (0 when it has no more)."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            position, newlines = end, 0
+            while position > 0:
+                step = min(_TAIL_BLOCK_BYTES, position)
+                position -= step
+                f.seek(position)
+                block = f.read(step)
+                if position + step == end:
+                    block = block[: block.rfind(b"\n") + 1]  # a line still being written is not counted
+                newlines += block.count(b"\n")
+                if newlines > lines:
+                    # Skip the extra lines at the start of this block.
+                    cut = -1
+                    for _ in range(newlines - lines):
+                        cut = block.index(b"\n", cut + 1)
+                    return position + cut + 1
+    except FileNotFoundError:
+        pass
+    return 0
 
 
 def _ordered(lines: list[LogLine]) -> list[LogLine]:

@@ -48,7 +48,12 @@ class WorkerPool:
     async def acquire(self, spec: GroupSpec, on_placed: Callable[[], None] | None = None) -> tuple[WorkerGroup, bool]:
         """A started group for `spec` and whether it was warm. Cancelling frees what it took."""
         while (warm := self._take_idle(spec)) is not None:
-            if await self._responds(warm):
+            try:
+                responds = await self._responds(warm)
+            except BaseException:  # cancelled: the group is neither idle nor handed out
+                warm.kill()
+                raise
+            if responds:
                 metrics.POOL_REQUESTS.labels(result="hit").inc()
                 return warm, True
             warm.kill()

@@ -4,6 +4,8 @@ State lives in memory on the service's event loop (one writer, no locks) and is 
 `runs/<id>/run.json` and `runs/<id>/events.jsonl` under the storage root, so a restarted
 trainer still answers GetRun/ListRuns/WatchRun for earlier runs. Runs that were active when
 the trainer went away are marked FAILED on load: their actors died with the old driver.
+Only active runs keep their events in memory; a run that ended (a long one may have reported
+millions of metrics) is read back from its events.jsonl, so memory does not grow with history.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class RunRegistry:
     def __init__(self, storage_root: Path) -> None:
         self._dir = Path(storage_root) / "runs"
         self._runs: dict[str, RunRecord] = {}
-        self._events: dict[str, list[RunEvent]] = {}
+        self._events: dict[str, list[RunEvent]] = {}  # active runs only
         self._changed: dict[str, asyncio.Event] = {}
         self._by_request: dict[str, str] = {}
 
@@ -110,17 +112,23 @@ class RunRegistry:
 
     def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
         self.get(run_id)
-        return self._events[run_id][after:]  # sequences are 1..n, so index == sequence - 1
+        if (events := self._events.get(run_id)) is not None:
+            return events[after:]  # sequences are 1..n, so index == sequence - 1
+        return [e for e in self._read_events(run_id) if e.sequence > after]
 
     async def watch(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent]:
         """Events after `after`, then new ones as they come; ends after the terminal state."""
         while True:
             changed = self._changed[run_id]
-            pending = self.events(run_id, after)
+            ended = self.get(run_id).terminal  # before reading: then nothing can follow what is read
+            if run_id in self._events:
+                pending = self.events(run_id, after)
+            else:  # an ended run's events come from its file: read off the event loop
+                pending = await asyncio.to_thread(self.events, run_id, after)
             for event in pending:
                 yield event
                 after = event.sequence
-            if self.get(run_id).terminal and not self.events(run_id, after):
+            if ended:
                 return
             if not pending:
                 await changed.wait()
@@ -155,6 +163,13 @@ class RunRegistry:
         log.info("run %s: %s -> %s %s", run_id, previous, state, reason)
         return True
 
+    def explain(self, run_id: str, state: str, reason: str) -> None:
+        """Updates why a run is still in `state` (no event: the state did not change)."""
+        record = self.get(run_id)
+        if record.state == state and record.state_reason != reason:
+            record.state_reason = reason
+            self._save(record)
+
     def set_workers(self, run_id: str, workers: list[dict[str, Any]]) -> None:
         record = self.get(run_id)
         record.workers = workers
@@ -172,12 +187,16 @@ class RunRegistry:
         self._emit(record, "checkpoint", record.latest_checkpoint)
 
     def _emit(self, record: RunRecord, kind: str, data: dict[str, Any]) -> None:
-        events = self._events[record.run_id]
+        events = self._events.get(record.run_id)
+        if events is None:  # an ended run (nothing reports after the end, but stay correct)
+            events = self._read_events(record.run_id)
         event = RunEvent(len(events) + 1, time.time(), kind, data)
         events.append(event)
         self._append_event(record.run_id, event)
         if kind != "metrics":  # the record is saved again at every state change, metrics included
             self._save(record)
+        if record.terminal:
+            self._events.pop(record.run_id, None)
         # Wake every watcher, then give later waiters a fresh event to wait on.
         self._changed[record.run_id].set()
         self._changed[record.run_id] = asyncio.Event()
@@ -196,6 +215,19 @@ class RunRegistry:
         with open(directory / "events.jsonl", "a") as f:
             f.write(json.dumps(asdict(event)) + "\n")
 
+    def _read_events(self, run_id: str) -> list[RunEvent]:
+        try:
+            lines = (self._dir / run_id / "events.jsonl").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                events.append(RunEvent(**json.loads(line)))
+            except (ValueError, TypeError):  # a line cut short by a crash
+                log.warning("run %s: skipping an unreadable event line", run_id)
+        return events
+
     def load(self) -> int:
         """Reads the runs a previous trainer left; returns how many were loaded."""
         if not self._dir.is_dir():
@@ -204,12 +236,13 @@ class RunRegistry:
         for run_json in sorted(self._dir.glob("*/run.json")):
             try:
                 record = RunRecord(**json.loads(run_json.read_text()))
-                events = [RunEvent(**json.loads(line)) for line in (run_json.parent / "events.jsonl").read_text().splitlines() if line]
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("skipping unreadable run record %s: %s", run_json, exc)
                 continue
             self._runs[record.run_id] = record
-            self._events[record.run_id] = events
+            if not record.terminal:
+                self._events[record.run_id] = self._read_events(record.run_id)
+                _end_last_line(self._dir / record.run_id / "events.jsonl")
             self._changed[record.run_id] = asyncio.Event()
             if record.request_id:
                 self._by_request[record.request_id] = record.run_id
@@ -218,3 +251,13 @@ class RunRegistry:
                 self.transition(record.run_id, FAILED, "the trainer restarted while the run was active")
             loaded += 1
         return loaded
+
+
+def _end_last_line(path: Path) -> None:
+    """Ends a line cut short by a crash, so the next event appended is a line of its own."""
+    try:
+        with open(path, "rb+") as f:
+            if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                f.write(b"\n")
+    except FileNotFoundError:
+        pass

@@ -25,7 +25,7 @@ from paddleray.services.common import errors
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
-from paddleray.services.trainer.logs import LogLine, LogReader
+from paddleray.services.trainer.logs import LogLine, LogReader, batches
 from paddleray.services.trainer.pool import WorkerPool
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.spec import check_run_id, run_spec
@@ -138,6 +138,9 @@ class Trainer:
 
             # A bad path or format fails the request, not the run later.
             await asyncio.to_thread(resolve_datasets, spec.datasets, self.storage_root)
+            # A retry of this request may have been accepted while the files were checked.
+            if request_id and (earlier := self.registry.by_request_id(request_id)) is not None:
+                return earlier
         record = self.registry.add(
             runs.RunRecord(
                 run_id=run_id,
@@ -203,16 +206,17 @@ class Trainer:
         if rank is not None and not 0 <= rank < world:
             raise errors.InvalidArgument("rank", f"must be between 0 and {world - 1}")
         reader = LogReader(RunPaths.of(self.storage_root, record.run_id).logs, [rank] if rank is not None else list(range(world)))
-        lines = reader.initial(tail_lines)
-        if lines:
-            yield lines
+        # File reads go to a thread: a run's logs may be large, and the loop serves every call.
+        for batch in batches(await asyncio.to_thread(reader.initial, tail_lines)):
+            yield batch
         while follow and not record.terminal:
             await asyncio.sleep(self.settings.log_follow_interval_s)
-            if lines := reader.new_lines():
-                yield lines
+            for batch in batches(await asyncio.to_thread(reader.new_lines)):
+                yield batch
         # Workers flush their last lines as they end: one more read after the end.
-        if follow and (lines := reader.new_lines()):
-            yield lines
+        if follow:
+            for batch in batches(await asyncio.to_thread(reader.new_lines)):
+                yield batch
 
     async def cluster_resources(self) -> ClusterResources:
         try:

@@ -30,6 +30,10 @@ _TRACEBACK_CHARS = 2000
 # that dies right after checkpointing loses nothing), or after this long if the trainer is
 # slow to poll. Reports of metrics alone do not wait: a rank may report every step.
 _HANDOFF_TIMEOUT_S = 10.0
+# Reports wait in the actor until the trainer polls them. A rank that reports faster than the
+# trainer takes them blocks in ctx.report once this many wait, instead of growing without
+# bound (and one poll's reply stays this small).
+_MAX_QUEUED_REPORTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class WorkerActor:
 
         self._paddle = paddle
         self._device = "cpu"
-        self._reports: queue.Queue = queue.Queue()
+        self._reports: queue.Queue = queue.Queue(_MAX_QUEUED_REPORTS)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._unacknowledged: list[threading.Event] = []
@@ -94,7 +98,7 @@ class WorkerActor:
             self._thread.join(timeout=5)
             if self._thread.is_alive():
                 raise RuntimeError("this worker is still running a function")
-        self._reports = queue.Queue()
+        self._reports = queue.Queue(_MAX_QUEUED_REPORTS)
         self._unacknowledged = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(entrypoint, spec), daemon=True, name="user-code")
@@ -112,7 +116,7 @@ class WorkerActor:
         items = []
         try:
             items.append(self._reports.get(timeout=timeout_s))
-            while True:
+            while len(items) < _MAX_QUEUED_REPORTS:  # a rank reporting on meanwhile waits for the next poll
                 items.append(self._reports.get_nowait())
         except queue.Empty:
             pass

@@ -102,6 +102,8 @@ def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer):
     from paddleray.services.trainer.trainer import Trainer
 
     own = Trainer(TrainerSettings(storage_root=trainer.settings.storage_root, entrypoint_allowlist=trainer.settings.entrypoint_allowlist))
+    # The module's trainer cannot know that this one waits for its idle groups' CPUs.
+    trainer.pool.shutdown()
 
     async def scenario():
         record = await own.start_run(client.spec("ignore_stop"))
@@ -113,3 +115,56 @@ def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer):
     record = asyncio.run(asyncio.wait_for(scenario(), timeout=120))
     assert record.state == "STOPPED" and record.state_reason == "the trainer is shutting down"
     assert own.pool.idle_count() == 0
+
+
+def _waiting_placement_groups(cpus: float) -> set[str]:
+    import ray
+
+    return {
+        pg_id for pg_id, pg in ray.util.placement_group_table().items()
+        if pg["state"] != "REMOVED" and any(b.get("CPU") == cpus for b in pg["bundles"].values())
+    }
+
+
+def test_an_unplaceable_run_says_what_it_lacks_and_shutdown_frees_its_reservation(client, trainer):
+    from paddleray.services.trainer.settings import TrainerSettings
+    from paddleray.services.trainer.trainer import Trainer
+
+    own = Trainer(TrainerSettings(storage_root=trainer.settings.storage_root, entrypoint_allowlist=trainer.settings.entrypoint_allowlist))
+    spec = client.spec("hello")
+    spec.resources_per_worker.num_cpus = 48  # more than the cluster has: it waits for placement
+
+    async def scenario():
+        record = await own.start_run(spec)
+        while "48 CPU" not in record.state_reason:
+            await asyncio.sleep(0.1)
+        waiting = _waiting_placement_groups(48)
+        await own.shutdown()
+        # The trainer's loop goes on (as in a service): nothing may go on placing the group.
+        for _ in range(100):
+            if not _waiting_placement_groups(48):
+                break
+            await asyncio.sleep(0.1)
+        return record, waiting, _waiting_placement_groups(48)
+
+    record, waiting, left = asyncio.run(asyncio.wait_for(scenario(), timeout=120))
+    assert len(waiting) == 1
+    assert record.state == "STOPPED"
+    assert left == set(), "the pending placement group is removed at shutdown"
+    reloaded = json.loads((trainer.settings.storage_root / "runs" / record.run_id / "run.json").read_text())
+    assert reloaded["state"] == "STOPPED"
+
+
+def test_a_pending_run_says_which_resources_it_waits_for(client):
+    spec = client.spec("hello")
+    spec.resources_per_worker.num_cpus = 64
+    run = client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=spec)).run
+    try:
+        pending = client.wait_for(run.name, lambda r: r.state_reason != "", timeout=60)
+        assert pending.state == run_pb2.RUN_STATE_PENDING
+        assert pending.state_reason == (
+            "waiting for resources the cluster does not have: the run needs 64 CPU (has 2 CPU) in total"
+        )
+    finally:
+        _stop(client, run.name, 0)
+    assert client.wait_done(run.name).state == run_pb2.RUN_STATE_STOPPED

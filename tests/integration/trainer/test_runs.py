@@ -183,3 +183,26 @@ def test_runs_survive_a_trainer_restart(client, trainer):
     assert again.state == run_pb2.RUN_STATE_SUCCEEDED
     assert again.latest_metrics == done.latest_metrics and again.create_time == done.create_time
     assert after == before
+
+
+def test_large_logs_stream_in_messages_a_default_client_accepts(client, trainer):
+    run = client.wait_done(client.start("hello", {"lines": 0}).name)
+    log = trainer.settings.storage_root / "runs" / run.name.split("/")[-1] / "logs" / "rank-0.stdout.log"
+    with open(log, "a") as f:
+        for i in range(6000):  # 6 MB: above the 4 MiB a gRPC client accepts in one message by default
+            f.write(f"{2e9 + i:.6f}\tbulk {i:05d} {'x' * 1000}\n")
+    batches = list(client.stub.GetRunLogs(trainer_service_pb2.GetRunLogsRequest(name=run.name), timeout=60))
+    bulk = [line.text[:10] for batch in batches for line in batch.lines if line.text.startswith("bulk")]
+    assert bulk == [f"bulk {i:05d}" for i in range(6000)]
+    assert all(batch.ByteSize() < 2 * 2**20 for batch in batches)
+    tail = [line.text for batch in client.stub.GetRunLogs(
+        trainer_service_pb2.GetRunLogsRequest(name=run.name, rank=0, tail_lines=2)
+    ) for line in batch.lines]
+    assert len(tail) == 2 and tail[-1].startswith("bulk 05999")
+
+
+def test_list_runs_rejects_an_unknown_state(client):
+    with pytest.raises(grpc.RpcError) as unknown:
+        client.stub.ListRuns(trainer_service_pb2.ListRunsRequest(states=[99]))
+    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert unknown.value.details() == "states: 99 is not a run state"

@@ -127,3 +127,14 @@ def test_context_rejects_non_numeric_metrics(tmp_path):
         ctx.report({"name": "abc"})
     with pytest.raises(KeyError, match="no dataset named 'train'"):
         ctx.get_dataset_shard("train")
+
+
+@pytest.mark.parametrize("manifest", ['{"epoch": 1}', "[1, 2]", '{"step": 1, "epoch": 1, "metrics": [1]}', '{"step": "x", "epoch": 1}'])
+def test_a_foreign_manifest_is_no_checkpoint(tmp_path, manifest):
+    store = CheckpointStore(tmp_path / "ckpts")
+    good = store.commit(_write(tmp_path / "src"), step=1, epoch=1, metrics={})
+    bad = tmp_path / "ckpts" / "step-000000002"
+    bad.mkdir()
+    (bad / MANIFEST).write_text(manifest)
+    assert read_checkpoint(bad) is None
+    assert [c.path for c in store.list()] == [good.path]

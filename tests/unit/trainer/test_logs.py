@@ -39,3 +39,32 @@ def test_reader_tails_per_rank_then_reads_only_new_complete_lines(tmp_path):
     assert reader.new_lines() == []
     only_one = LogReader(tmp_path, [1]).initial()
     assert {line.rank for line in only_one} == {1} and len(only_one) == 4
+
+
+@pytest.mark.parametrize("block", [3, 7, 64, 1 << 16])
+def test_tail_reads_only_the_end_and_matches_reading_everything(tmp_path, monkeypatch, block):
+    from paddleray.services.trainer import logs
+
+    monkeypatch.setattr(logs, "_TAIL_BLOCK_BYTES", block)
+    path = log_file(tmp_path, 0, "stdout")
+    path.write_text("".join(f"{i}.0\tline {i} {'x' * (i % 5)}\n" for i in range(1, 40)) + "99.0\tpartial")
+    everything = [line.text for line in LogReader(tmp_path, [0]).initial()]
+    for n in (1, 2, 5, 39, 100):
+        reader = LogReader(tmp_path, [0])
+        assert [line.text for line in reader.initial(tail_lines=n)] == everything[-n:]
+        with open(path, "a") as f:
+            f.write(" done\n")
+        assert [line.text for line in reader.new_lines()] == ["partial done"]
+        path.write_text(path.read_text().removesuffix(" done\n"))
+
+
+def test_batches_keep_messages_small_and_lines_in_order():
+    from paddleray.services.trainer.logs import LogLine, batches
+
+    lines = [LogLine(0, "stdout", "x" * 100, float(i)) for i in range(50)]
+    cut = list(batches(lines, max_bytes=1000))
+    assert [line for batch in cut for line in batch] == lines
+    assert len(cut) > 1 and all(sum(len(line.text) for line in batch) <= 1000 for batch in cut)
+    assert list(batches([])) == []
+    huge = [LogLine(0, "stdout", "y" * 5000, 0.0)]
+    assert list(batches(huge, max_bytes=1000)) == [huge], "a line longer than a batch still goes out"

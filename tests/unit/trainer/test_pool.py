@@ -61,3 +61,24 @@ def test_idle_reservations_add_up():
     pool.release(_group(PAIR), reusable=True)
     pool.release(_group(SINGLE), reusable=True)
     assert pool.idle_resources() == {"CPU": 2.5, "memory": 200.0, "GPU": 0.5}
+
+
+async def test_a_warm_group_is_killed_when_acquire_is_cancelled_while_checking_it():
+    import asyncio
+
+    pool = WorkerPool()
+    warm = _group(PAIR)
+    pool.release(warm, reusable=True)
+    checking = asyncio.Event()
+
+    async def hangs(group):
+        checking.set()
+        await asyncio.Event().wait()
+
+    pool._responds = hangs
+    acquire = asyncio.ensure_future(pool.acquire(PAIR))
+    await asyncio.wait_for(checking.wait(), 5)
+    acquire.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await acquire
+    assert not warm.alive and pool.idle_count() == 0, "a group taken from the pool is freed, not lost"

@@ -85,3 +85,33 @@ async def test_watchers_get_every_event_then_end(tmp_path):
     assert await asyncio.wait_for(early, 5) == [1, 2, 3, 4, 5]
     assert await asyncio.wait_for(late, 5) == [3, 4, 5]
     assert await asyncio.wait_for(collect(5), 5) == []
+
+
+async def test_ended_runs_are_served_from_their_files_not_memory(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record())
+    registry.transition("r1", runs.STARTING)
+    registry.transition("r1", runs.RUNNING)
+    for step in range(1, 101):
+        registry.add_metrics("r1", step, {"loss": 1.0 / step})
+    assert len(registry._events["r1"]) == 103
+    registry.transition("r1", runs.SUCCEEDED)
+    assert "r1" not in registry._events, "an ended run's events leave memory"
+    assert [e.sequence for e in registry.events("r1", after=100)] == [101, 102, 103, 104]
+    watched = [e async for e in registry.watch("r1", after=2)]
+    assert [e.sequence for e in watched] == list(range(3, 105))
+    assert watched[-1].data["to"] == runs.SUCCEEDED and watched[4].data == {"step": 4, "metrics": {"loss": 0.25}}
+
+
+def test_a_torn_event_line_is_skipped_on_load(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record("active"))
+    registry.transition("active", runs.STARTING)
+    with open(tmp_path / "runs" / "active" / "events.jsonl", "a") as f:
+        f.write('{"sequence": 3, "time": 1.0, "ki')  # the process died while writing
+    reloaded = runs.RunRegistry(tmp_path)
+    assert reloaded.load() == 1
+    assert reloaded.get("active").state == runs.FAILED
+    assert [(e.sequence, e.data["to"]) for e in reloaded.events("active")] == [
+        (1, runs.PENDING), (2, runs.STARTING), (3, runs.FAILED),
+    ]
