@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from google.protobuf import duration_pb2
-
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 
@@ -17,10 +15,9 @@ def make_job(entrypoint: str = "pkg.train:main", *, cpus: float = 1.0, gpus: flo
             resources_per_worker=common_pb2.Resources(num_cpus=cpus, num_gpus=gpus),
         ),
         priority=priority, tenant=tenant, labels=labels or {},
-        retry_policy=common_pb2.RetryPolicy(
-            max_retries=max_retries, initial_backoff=duration_pb2.Duration(nanos=int(backoff_s * 1e9)),
-        ),
+        retry_policy=common_pb2.RetryPolicy(max_retries=max_retries),
     )
+    job.retry_policy.initial_backoff.FromNanoseconds(int(backoff_s * 1e9))
     if config:
         job.spec.config.update(config)
     if timeout_s is not None:

@@ -26,7 +26,14 @@ from redis.exceptions import RedisError
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.scheduler import metrics
 from paddleray.services.scheduler.follower import RunFollower, deadline_s
-from paddleray.services.scheduler.jobs import IllegalTransition, JobManager, now_ts, state_event
+from paddleray.services.scheduler.jobs import (
+    ALLOWED,
+    WAITING_STATES,
+    IllegalTransition,
+    JobManager,
+    now_ts,
+    state_event,
+)
 from paddleray.services.scheduler.resources import Amounts, from_cluster, milli
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import Claim, JobRecord
@@ -74,6 +81,7 @@ class Dispatcher:
     async def _dispatch_loop(self) -> None:
         last_stats = 0.0
         while True:
+            _raise_if_cancelled()
             self._wake.clear()
             try:
                 await self.store.promote_delayed()
@@ -117,6 +125,8 @@ class Dispatcher:
         return claimed
 
     async def _claim(self, record: JobRecord, capacity: Amounts) -> str:
+        if record.job.state not in WAITING_STATES or J.JOB_STATE_STARTING not in ALLOWED[record.job.state]:
+            return "conflict"
         job = job_pb2.Job()
         job.CopyFrom(record.job)
         deadline = deadline_s(job)
@@ -166,6 +176,7 @@ class Dispatcher:
     async def _lease_loop(self) -> None:
         every = self.settings.lease_ttl_s / 3
         while True:
+            _raise_if_cancelled()
             try:
                 lost = await self.store.renew_leases(self.owner, list(self.following), self.lease_ms)
                 for job_id in lost:
@@ -198,3 +209,10 @@ class Dispatcher:
             if state != J.JOB_STATE_UNSPECIFIED:
                 metrics.JOBS_BY_STATE.labels(state=J.Name(state).removeprefix("JOB_STATE_")).set(count)
         metrics.QUEUE_DEPTH.set(await self.store.queue_depth())
+
+
+def _raise_if_cancelled() -> None:
+    # redis-py (8.1) and grpc.aio can swallow a task's cancellation inside a call (the call
+    # then returns or fails normally); a loop that only relied on CancelledError would spin on.
+    if asyncio.current_task().cancelling():
+        raise asyncio.CancelledError

@@ -80,7 +80,7 @@ class RunFollower:
         with log_context(job=job_id):
             while True:
                 if asyncio.current_task().cancelling():
-                    raise asyncio.CancelledError  # grpc.aio may have turned it into a CANCELLED call
+                    raise asyncio.CancelledError  # swallowed by grpc.aio or redis-py inside a call
                 try:
                     record = await self._mine(job_id)
                     with log_context(attempt=record.job.attempts[-1].number):
@@ -248,8 +248,12 @@ class RunFollower:
                 j.attempts[-1].failure_reason = reason
                 j.attempts[-1].end_time.CopyFrom(now_ts())
 
+            # Never wait past the deadline: the dispatcher then ends the job TIMED_OUT on time.
+            due_ms = now_ms() + int(wait * 1000)
+            if deadline is not None:
+                due_ms = min(due_ms, int(deadline * 1000))
             await self._transition(record, J.JOB_STATE_RETRYING, f"attempt failed: {reason}; retry in {wait:.1f}s",
-                                   retrying, fields, delay_until_ms=now_ms() + int(wait * 1000))
+                                   retrying, fields, delay_until_ms=due_ms)
             metrics.RETRIES.inc()
             return
 

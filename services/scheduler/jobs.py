@@ -261,14 +261,23 @@ class JobManager:
         return await self.wait_terminal(name, self.stop_wait_s)
 
     async def wait_terminal(self, name: str, timeout_s: float) -> job_pb2.Job:
-        """Returns the job once terminal, or as it is after timeout_s."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                async for _ in self.watch(name, 0):
-                    pass
-        except TimeoutError:
-            pass
-        return await self.get(name)
+        """Returns the job once terminal, or as it is after timeout_s.
+
+        Bounded by its own deadline rather than by cancelling a blocking read: redis-py can
+        swallow a cancellation that lands inside a call."""
+        job_id = job_id_from_name(name)
+        deadline = time.monotonic() + timeout_s
+        record = await self.record(name)
+        seen = record.seq
+        while not is_terminal(record.job.state):
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                break
+            events = await self.store.events_after(job_id, seen, block_ms=min(1000, remaining_ms))
+            if events:
+                seen = events[-1].sequence
+            record = await self.record(name)
+        return record.job
 
     # -- delete, list, watch --------------------------------------------------------------
 
@@ -305,6 +314,8 @@ class JobManager:
         if after_sequence >= record.seq and is_terminal(record.job.state):
             return
         while True:
+            if asyncio.current_task().cancelling():
+                raise asyncio.CancelledError  # swallowed by redis-py inside the blocking read
             events = await self.store.events_after(job_id, last, block_ms=poll_ms)
             for event in events:
                 last = event.sequence

@@ -158,3 +158,14 @@ async def test_a_stopped_replica_hands_its_running_jobs_over(stack_factory):
             assert done.state == J.JOB_STATE_SUCCEEDED
             assert first.fake.runs_created == {"handover-attempt-1": 1}
             assert done.latest_metrics.step == 30
+
+
+async def test_a_retry_never_waits_past_the_jobs_timeout(stack_factory):
+    async with stack_factory() as stack:
+        job = make_job(config={"fail_at_step": 1, "fail_times": 10}, max_retries=5, timeout_s=1.0, backoff_s=600)
+        created = await stack.create(job, job_id="late")
+        # The backoff (10 minutes) outlasts the timeout: the job must end TIMED_OUT at its
+        # deadline instead of sitting in RETRYING until the backoff ends.
+        done = await stack.wait_terminal(created.name, timeout=60)
+        assert done.state == J.JOB_STATE_TIMED_OUT
+        assert [a.state for a in done.attempts] == [J.JOB_STATE_FAILED]
