@@ -110,3 +110,12 @@ async def test_list_pages_over_grpc(stack_factory):
             if not token:
                 break
         assert names == ["jobs/l4", "jobs/l2", "jobs/l0"]
+
+
+async def test_logs_of_a_job_not_started_are_failed_precondition(stack_factory):
+    async with stack_factory(dispatch=False) as stack:
+        job = await stack.create(make_job(), job_id="waiting")
+        code, details = await _code(lambda: stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name)))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "not started" in details
+        code, details = await _code(lambda: stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name, attempt=-1)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("attempt:")
