@@ -162,6 +162,8 @@ class RunExecutor:
 
     async def _explain_pending(self) -> None:
         """Says in the PENDING run's state_reason which resources its placement waits for."""
+        if self._registry.get(self.run_id).state != runs.PENDING:
+            return
         try:
             total, available, nodes = await asyncio.to_thread(placement.cluster_view)
         except Exception as exc:  # noqa: BLE001 - the hint is best effort; placement goes on

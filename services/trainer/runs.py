@@ -104,9 +104,6 @@ class RunRegistry:
         run_id = self._by_request.get(request_id)
         return self._runs.get(run_id) if run_id else None
 
-    def exists(self, run_id: str) -> bool:
-        return run_id in self._runs
-
     def all(self) -> list[RunRecord]:
         return list(self._runs.values())
 

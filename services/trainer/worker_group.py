@@ -94,7 +94,6 @@ class WorkerGroup:
     actors: list[Any] = field(default_factory=list)
     workers: list[dict[str, Any]] = field(default_factory=list)  # info() of each rank, plus local_rank
     id: int = field(default_factory=lambda: next(_group_ids))
-    joined: bool = False
     alive: bool = True
 
     @classmethod
@@ -124,7 +123,6 @@ class WorkerGroup:
             info["local_rank"] = local
         self.workers = list(infos)
         await PaddleBackend(backend_config).on_start(self.actors)
-        self.joined = True
 
     def kill(self) -> None:
         """Kills every actor at once (so no rank waits in a collective) and frees the reservation."""
