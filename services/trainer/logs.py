@@ -170,7 +170,7 @@ def _tail_offset(path: Path, lines: int) -> int:
                     block = block[: block.rfind(b"\n") + 1]  # a line still being written is not counted
                 newlines += block.count(b"\n")
                 if newlines > lines:
-                    # Skip the extra lines at the start of this block.
+                    # The block starts with lines older than the last n: start after them.
                     cut = -1
                     for _ in range(newlines - lines):
                         cut = block.index(b"\n", cut + 1)

@@ -254,7 +254,10 @@ def _end_last_line(path: Path) -> None:
     """Ends a line cut short by a crash, so the next event appended is a line of its own."""
     try:
         with open(path, "rb+") as f:
-            if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+            if f.seek(0, os.SEEK_END) == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
                 f.write(b"\n")
     except FileNotFoundError:
         pass
