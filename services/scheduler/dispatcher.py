@@ -122,6 +122,12 @@ class Dispatcher:
                 claimed += 1
             elif status == "tenant_limit":
                 blocked_tenants.add(record.job.tenant)
+            elif status == "no_room" and _waited_s(record) >= self.settings.max_backfill_wait_s:
+                # Smaller jobs could keep taking every freed CPU (backfill): let room build
+                # up for this one instead.
+                log.info("holding back smaller jobs: %s has waited %.0fs for room", record.job.name,
+                         _waited_s(record))
+                break
         return claimed
 
     async def _claim(self, record: JobRecord, capacity: Amounts) -> str:
@@ -153,8 +159,7 @@ class Dispatcher:
             Claim(capacity, limits.max_jobs, milli(limits.max_gpus) if limits.max_gpus >= 0 else -1),
         )
         if result.ok:
-            waited = time.time() - (record.job.update_time.ToNanoseconds() / 1e9)
-            metrics.TIME_IN_QUEUE.observe(max(0.0, waited))
+            metrics.TIME_IN_QUEUE.observe(_waited_s(record))
             log.info("claimed %s (attempt %d)", job.name, attempt.number)
             self._follow(record.job_id)
         return result.status
@@ -209,6 +214,11 @@ class Dispatcher:
             if state != J.JOB_STATE_UNSPECIFIED:
                 metrics.JOBS_BY_STATE.labels(state=J.Name(state).removeprefix("JOB_STATE_")).set(count)
         metrics.QUEUE_DEPTH.set(await self.store.queue_depth())
+
+
+def _waited_s(record: JobRecord) -> float:
+    """Time since the job was queued (or its retry's backoff began)."""
+    return max(0.0, time.time() - record.job.update_time.ToNanoseconds() / 1e9)
 
 
 def _raise_if_cancelled() -> None:

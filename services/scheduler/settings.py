@@ -34,6 +34,10 @@ class SchedulerSettings(ServiceSettings):
     dispatch: bool = Field(True, description="Run the dispatcher; off serves the API only.")
     dispatch_interval_s: float = Field(0.25, gt=0, description="Longest wait between dispatch passes.")
     dispatch_window: int = Field(64, ge=1, description="Queued jobs considered per dispatch pass.")
+    max_backfill_wait_s: float = Field(
+        300.0, ge=0, description="A queued job that has waited this long and does not fit stops smaller jobs "
+        "behind it from starting, so that backfill cannot starve it.",
+    )
     lease_ttl_s: float = Field(10.0, gt=0, description="A dead replica's jobs are taken over after this.")
     aging_s_per_priority: float = Field(
         60.0, gt=0, description="Queue wait worth one priority point (aging, so nothing starves)."

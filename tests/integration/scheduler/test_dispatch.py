@@ -169,3 +169,28 @@ async def test_a_retry_never_waits_past_the_jobs_timeout(stack_factory):
         done = await stack.wait_terminal(created.name, timeout=60)
         assert done.state == J.JOB_STATE_TIMED_OUT
         assert [a.state for a in done.attempts] == [J.JOB_STATE_FAILED]
+
+
+async def test_backfill_cannot_starve_a_big_job(stack_factory):
+    async with stack_factory(cpus=2, max_backfill_wait_s=0.3) as stack:
+        await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small-running")
+        await _wait_state(stack, "jobs/small-running", J.JOB_STATE_RUNNING)
+        await stack.create(make_job(cpus=2, config={"hang": True}), job_id="big")
+        await asyncio.sleep(0.6)  # the big job has now waited past max_backfill_wait_s
+        await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small-late")
+        await asyncio.sleep(0.5)
+        # One CPU is free, but the late small job must leave it for the big one.
+        assert (await stack.get("jobs/small-late")).state == J.JOB_STATE_QUEUED
+        await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/small-running"))
+        await _wait_state(stack, "jobs/big", J.JOB_STATE_RUNNING)
+        assert (await stack.get("jobs/small-late")).state == J.JOB_STATE_QUEUED
+
+
+async def test_backfill_starts_small_jobs_while_a_big_one_has_not_waited_long(stack_factory):
+    async with stack_factory(cpus=2) as stack:
+        await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small-running")
+        await _wait_state(stack, "jobs/small-running", J.JOB_STATE_RUNNING)
+        await stack.create(make_job(cpus=2, config={"hang": True}), job_id="big")
+        await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small-late")
+        await _wait_state(stack, "jobs/small-late", J.JOB_STATE_RUNNING)
+        assert (await stack.get("jobs/big")).state == J.JOB_STATE_QUEUED
