@@ -9,6 +9,7 @@ directory as `<unix time>\\t<text>`.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import io
 import os
 import sys
@@ -23,6 +24,7 @@ STREAMS = {"stdout": 1, "stderr": 2}
 _BATCH_BYTES = 1 << 20
 _LINE_OVERHEAD_BYTES = 32  # rank, stream and timestamp fields of a LogLine message
 _TAIL_BLOCK_BYTES = 1 << 16
+_READ_BLOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -108,51 +110,62 @@ class LogReader:
 
     def initial(self, tail_lines: int = 0) -> list[LogLine]:
         """Everything written so far, or the last `tail_lines` lines of each rank."""
+        if tail_lines <= 0:
+            return self.new_lines()
         by_rank: dict[int, list[LogLine]] = {}
         for rank, stream, path in self._files:
-            if tail_lines > 0:
-                # A rank's last n lines are among the last n of each of its streams: the
-                # rest of a (possibly huge) file is never read.
-                self._offsets[path] = _tail_offset(path, tail_lines)
-            by_rank.setdefault(rank, []).extend(self._read_new(rank, stream, path))
+            # A rank's last n lines are among the last n of each of its streams: the rest of
+            # a (possibly huge) file is never read.
+            self._offsets[path] = _tail_offset(path, tail_lines)
+            by_rank.setdefault(rank, []).extend(self._lines(rank, stream, path))
         lines: list[LogLine] = []
         for rank_lines in by_rank.values():
-            ordered = _ordered(rank_lines)
-            lines.extend(ordered[-tail_lines:] if tail_lines > 0 else ordered)
+            lines.extend(_ordered(rank_lines)[-tail_lines:])
         return _ordered(lines)
 
     def new_lines(self) -> list[LogLine]:
-        lines: list[LogLine] = []
-        for rank, stream, path in self._files:
-            lines.extend(self._read_new(rank, stream, path))
-        return _ordered(lines)
+        return list(self.stream())
 
-    def _read_new(self, rank: int, stream: str, path: Path) -> list[LogLine]:
+    def stream(self) -> Iterator[LogLine]:
+        """The complete lines appended since the last read, oldest first, read a block of each
+        file at a time: memory stays bounded however large the files are."""
+        # Each file is in capture order already; merging keeps file order among equal times.
+        return heapq.merge(*(self._lines(rank, stream, path) for rank, stream, path in self._files), key=_capture_time)
+
+    def _lines(self, rank: int, stream: str, path: Path) -> Iterator[LogLine]:
+        while block := self._read_block(path):
+            for raw in block.decode("utf-8", errors="replace").splitlines():
+                yield _parse(raw, rank, stream)
+
+    def _read_block(self, path: Path) -> bytes:
+        """The next complete lines of a file (about one block); b"" when there are none.
+
+        The file is open only during the read, so a stream left unfinished holds nothing open.
+        """
         offset = self._offsets.get(path, 0)
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                data = f.read()
+                data = f.read(_READ_BLOCK_BYTES)
+                if data and b"\n" not in data:
+                    data += f.readline()  # a line longer than a block
         except FileNotFoundError:
-            return []
+            return b""
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next read
         self._offsets[path] = offset + len(complete)
-        text = complete.decode("utf-8", errors="replace")
-        return [_parse(raw, rank, stream) for raw in text.splitlines()]
+        return complete
 
 
-def batches(lines: list[LogLine], max_bytes: int = _BATCH_BYTES) -> Iterator[list[LogLine]]:
-    """`lines` in order, cut into batches of about max_bytes of text (one message each)."""
+def next_batch(lines: Iterator[LogLine], max_bytes: int = _BATCH_BYTES) -> list[LogLine]:
+    """The next lines of `lines`, about max_bytes of text (one message); [] at the end."""
     batch: list[LogLine] = []
     size = 0
     for line in lines:
-        if batch and size + len(line.text) > max_bytes:
-            yield batch
-            batch, size = [], 0
         batch.append(line)
         size += len(line.text) + _LINE_OVERHEAD_BYTES
-    if batch:
-        yield batch
+        if size >= max_bytes:
+            break
+    return batch
 
 
 def _tail_offset(path: Path, lines: int) -> int:
@@ -180,6 +193,10 @@ def _tail_offset(path: Path, lines: int) -> int:
     return 0
 
 
+def _capture_time(line: LogLine) -> float:
+    return line.time
+
+
 def _ordered(lines: list[LogLine]) -> list[LogLine]:
     # Stable sort by capture time keeps each file's own order.
-    return sorted(lines, key=lambda line: line.time)
+    return sorted(lines, key=_capture_time)

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from paddleray.services.common import errors
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
-from paddleray.services.trainer.logs import LogLine, LogReader, batches
+from paddleray.services.trainer.logs import LogLine, LogReader, next_batch
 from paddleray.services.trainer.pool import WorkerPool
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.spec import check_run_id, run_spec
@@ -206,16 +206,16 @@ class Trainer:
         if rank is not None and not 0 <= rank < world:
             raise errors.InvalidArgument("rank", f"must be between 0 and {world - 1}")
         reader = LogReader(RunPaths.of(self.storage_root, record.run_id).logs, [rank] if rank is not None else list(range(world)))
-        # File reads go to a thread: a run's logs may be large, and the loop serves every call.
-        for batch in batches(await asyncio.to_thread(reader.initial, tail_lines)):
+        first = reader.stream() if tail_lines == 0 else iter(await asyncio.to_thread(reader.initial, tail_lines))
+        async for batch in _batches(first):
             yield batch
         while follow and not record.terminal:
             await asyncio.sleep(self.settings.log_follow_interval_s)
-            for batch in batches(await asyncio.to_thread(reader.new_lines)):
+            async for batch in _batches(reader.stream()):
                 yield batch
         # Workers flush their last lines as they end: one more read after the end.
         if follow:
-            for batch in batches(await asyncio.to_thread(reader.new_lines)):
+            async for batch in _batches(reader.stream()):
                 yield batch
 
     async def cluster_resources(self) -> ClusterResources:
@@ -256,6 +256,13 @@ class Trainer:
             await executor.run()
         finally:
             self._executors.pop(executor.run_id, None)
+
+
+async def _batches(lines: Iterator[LogLine]) -> AsyncIterator[list[LogLine]]:
+    """Lines in messages of about 1 MiB, each read in a thread: a run's logs may be large,
+    and the event loop serves every call."""
+    while batch := await asyncio.to_thread(next_batch, lines):
+        yield batch
 
 
 def _ray_resources() -> tuple[dict, dict, list[dict[str, Any]], dict[str, dict]]:

@@ -59,12 +59,30 @@ def test_tail_reads_only_the_end_and_matches_reading_everything(tmp_path, monkey
 
 
 def test_batches_keep_messages_small_and_lines_in_order():
-    from paddleray.services.trainer.logs import LogLine, batches
+    from paddleray.services.trainer.logs import LogLine, next_batch
 
     lines = [LogLine(0, "stdout", "x" * 100, float(i)) for i in range(50)]
-    cut = list(batches(lines, max_bytes=1000))
+    remaining = iter(lines)
+    cut = []
+    while batch := next_batch(remaining, max_bytes=1000):
+        cut.append(batch)
     assert [line for batch in cut for line in batch] == lines
     assert len(cut) > 1 and all(sum(len(line.text) for line in batch) <= 1000 for batch in cut)
-    assert list(batches([])) == []
+    assert next_batch(iter([])) == []
     huge = [LogLine(0, "stdout", "y" * 5000, 0.0)]
-    assert list(batches(huge, max_bytes=1000)) == [huge], "a line longer than a batch still goes out"
+    assert next_batch(iter(huge), max_bytes=1000) == huge, "a line longer than a batch still goes out"
+
+
+def test_stream_merges_files_by_time_a_block_at_a_time(tmp_path, monkeypatch):
+    from paddleray.services.trainer import logs
+
+    monkeypatch.setattr(logs, "_READ_BLOCK_BYTES", 16)
+    log_file(tmp_path, 0, "stdout").write_text("".join(f"{t}.0\tout {t}\n" for t in (1, 3, 5, 7)))
+    log_file(tmp_path, 0, "stderr").write_text("".join(f"{t}.0\terr {t} {'z' * 40}\n" for t in (2, 3, 8)))
+    reader = LogReader(tmp_path, [0])
+    stream = reader.stream()
+    assert next(stream).text == "out 1"
+    assert [line.text.split()[:2] for line in stream] == [
+        ["err", "2"], ["out", "3"], ["err", "3"], ["out", "5"], ["out", "7"], ["err", "8"],
+    ]
+    assert reader.new_lines() == []
