@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -47,3 +48,14 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def stop_process(pid: int, grace_period_s: float, sig: signal.Signals = signal.SIGTERM) -> None:
+    """Sends sig, waits up to grace_period_s, then SIGKILLs the process's group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    try:
+        wait_until(lambda: not pid_alive(pid), timeout=grace_period_s, interval=0.1, message=f"pid {pid} to exit")
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)

@@ -8,7 +8,6 @@ into ~/.ray/auth_token, and every process given RAY_AUTH_MODE=token reads it fro
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paddleray.services.localstack.ports import free_port, pid_alive, port_open, wait_until
+from paddleray.services.localstack.ports import free_port, port_open, stop_process, wait_until
 
 AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 
@@ -85,12 +84,6 @@ class RayHead:
 
 
 def stop_ray_head(pid: int, timeout: float = 30) -> None:
-    """Stops the head whose blocking `ray start` has this pid (SIGINT, then SIGKILL the group)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGINT)
-    try:
-        wait_until(lambda: not pid_alive(pid), timeout=timeout, interval=0.1, message=f"ray head {pid} to stop")
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-
+    """Stops the head whose blocking `ray start` has this pid."""
+    # `ray start --block` stops its head's processes on SIGINT, as on Ctrl-C.
+    stop_process(pid, timeout, signal.SIGINT)

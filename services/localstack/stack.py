@@ -7,19 +7,17 @@ address, pid and log path; `down` reads it and stops exactly what `up` started.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from paddleray.services.localstack.health import serving
-from paddleray.services.localstack.ports import free_port, pid_alive, wait_until
+from paddleray.services.localstack.ports import free_port, pid_alive, stop_process, wait_until
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead, stop_ray_head
 from paddleray.services.localstack.redis_process import INSTALL_HINT, RedisProcess, redis_reachable
 
@@ -195,21 +193,11 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, grace_period_s: float = 15) -> boo
     if state is None:
         return False
     for process in reversed(list(state.services.values())):
-        _terminate(process.pid, grace_period_s)
+        stop_process(process.pid, grace_period_s)
     if state.ray_pid is not None:
         stop_ray_head(state.ray_pid)
     if state.redis_pid is not None:
-        _terminate(state.redis_pid, 10)
+        stop_process(state.redis_pid, 10)
     state_file(state_dir).unlink(missing_ok=True)
     return True
-
-
-def _terminate(pid: int, grace_period_s: float) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    try:
-        wait_until(lambda: not pid_alive(pid), timeout=grace_period_s, interval=0.1, message=f"pid {pid} to exit")
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
 
