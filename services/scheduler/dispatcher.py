@@ -42,6 +42,7 @@ from paddleray.services.scheduler.trainer_client import TrainerClient
 log = logging.getLogger(__name__)
 J = job_pb2.JobState
 _STATS_EVERY_S = 5.0
+_STOP_WAIT_S = 5.0
 
 
 class Dispatcher:
@@ -69,9 +70,10 @@ class Dispatcher:
         followed = list(self.following)
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=_STOP_WAIT_S)
+            for task in stuck:
+                log.warning("task %s did not stop within %.0fs; leaving it", task.get_name(), _STOP_WAIT_S)
         self.following.clear()
         with contextlib.suppress(RedisError, OSError):
             await self.store.expire_leases(self.owner, followed)

@@ -157,6 +157,8 @@ class RunFollower:
     async def _watch(self, job_id: str, run: str, after: int) -> None:
         try:
             async for event in self.trainer.watch_run(run, after):
+                if asyncio.current_task().cancelling():
+                    raise asyncio.CancelledError  # swallowed inside a call; a busy run never pauses
                 await self._persist(job_id, event)
         except aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED and asyncio.current_task().cancelling():

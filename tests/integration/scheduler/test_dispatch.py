@@ -194,3 +194,25 @@ async def test_backfill_starts_small_jobs_while_a_big_one_has_not_waited_long(st
         await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small-late")
         await _wait_state(stack, "jobs/small-late", J.JOB_STATE_RUNNING)
         assert (await stack.get("jobs/big")).state == J.JOB_STATE_QUEUED
+
+
+async def test_memory_and_tenant_gpu_limits_hold_jobs_back(stack_factory):
+    from support_fake_trainer import FakeTrainer
+
+    from paddleray.services.scheduler.settings import TenantLimits
+
+    fake = FakeTrainer(cpus=8, gpus=2, memory=4 << 30)
+    async with stack_factory(fake=fake, tenant_limits={"vision": TenantLimits(max_gpus=0.5)}) as stack:
+        for i in range(2):
+            job = make_job(cpus=1, config={"hang": True})
+            job.spec.resources_per_worker.memory_bytes = 3 << 30
+            await stack.create(job, job_id=f"mem-{i}")
+            await stack.create(make_job(cpus=1, gpus=0.5, tenant="vision", config={"hang": True}), job_id=f"gpu-{i}")
+        await _wait_state(stack, "jobs/mem-0", J.JOB_STATE_RUNNING)
+        await _wait_state(stack, "jobs/gpu-0", J.JOB_STATE_RUNNING)
+        await asyncio.sleep(0.5)
+        # 3 GiB + 3 GiB exceed the 4 GiB cluster; the tenant may hold half a GPU, though two are free.
+        assert (await stack.get("jobs/mem-1")).state == J.JOB_STATE_QUEUED
+        assert (await stack.get("jobs/gpu-1")).state == J.JOB_STATE_QUEUED
+        await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/gpu-0"))
+        await _wait_state(stack, "jobs/gpu-1", J.JOB_STATE_RUNNING)
