@@ -138,7 +138,12 @@ class JobManager:
         if status == "duplicate":
             return existing
         if status == "exists":
-            raise errors.AlreadyExists(f"{stored.name} already exists")
+            # redis-py resends a command after a dropped connection; if the first send was
+            # executed, the job found is this very one, not another request's.
+            found = await self.store.get(stored.name.removeprefix("jobs/"))
+            if found is None or found.job.create_time != stored.create_time or found.job.spec != stored.spec:
+                raise errors.AlreadyExists(f"{stored.name} already exists")
+            return found.job
         self.queued.set()
         return stored
 

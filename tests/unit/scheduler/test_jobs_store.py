@@ -190,3 +190,19 @@ async def test_queue_orders_by_priority_then_fifo_and_ages_waiting_jobs(raw_redi
     await asyncio.sleep(0.2)
     await manager.create(make_job(priority=10), job_id="newcomer")
     assert await manager.store.queue_head(10) == ["patient", "newcomer"]
+
+
+async def test_a_create_resent_after_a_dropped_reply_returns_the_job_not_already_exists(manager):
+    real_create = manager.store.create
+
+    async def executed_twice(*args, **kwargs):
+        # The first send ran on Redis but its reply was lost; redis-py sent it again.
+        await real_create(*args, **kwargs)
+        return await real_create(*args, **kwargs)
+
+    manager.store.create = executed_twice
+    job = await manager.create(make_job(), job_id="resent")
+    assert job.name == "jobs/resent" and job.state == J.JOB_STATE_QUEUED
+    manager.store.create = real_create
+    with pytest.raises(errors.AlreadyExists):
+        await manager.create(make_job(), job_id="resent")
