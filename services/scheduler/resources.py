@@ -26,12 +26,6 @@ class Amounts:
     def __add__(self, other: Amounts) -> Amounts:
         return Amounts(self.cpu_m + other.cpu_m, self.gpu_m + other.gpu_m, self.mem + other.mem)
 
-    def __sub__(self, other: Amounts) -> Amounts:
-        return Amounts(self.cpu_m - other.cpu_m, self.gpu_m - other.gpu_m, self.mem - other.mem)
-
-    def fits_in(self, room: Amounts) -> bool:
-        return self.cpu_m <= room.cpu_m and self.gpu_m <= room.gpu_m and self.mem <= room.mem
-
     @staticmethod
     def minimum(a: Amounts, b: Amounts) -> Amounts:
         return Amounts(min(a.cpu_m, b.cpu_m), min(a.gpu_m, b.gpu_m), min(a.mem, b.mem))

@@ -14,7 +14,6 @@ jobs.py decides, then writes through `update` with the version it read.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import re
 import time
@@ -22,12 +21,12 @@ from dataclasses import dataclass
 from importlib import resources
 
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common.errors import InvalidArgument
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.resources import Amounts, job_demand
+from paddleray.services.scheduler.script_batch import ScriptBatcher
 
 J = job_pb2.JobState
 TERMINAL_STATES = (J.JOB_STATE_SUCCEEDED, J.JOB_STATE_FAILED, J.JOB_STATE_CANCELLED, J.JOB_STATE_TIMED_OUT,
@@ -90,7 +89,7 @@ class JobStore:
         self.events_cap = events_cap
         self.request_ttl_s = request_ttl_s
         self._create = client.register_script(_script("create_job.lua"))
-        self._create_batch = _ScriptBatcher(client, self._create)
+        self._create_batch = ScriptBatcher(client, self._create)
         self._update = client.register_script(_script("update_job.lua"))
         self._claim = client.register_script(_script("claim_job.lua"))
         self._renew = client.register_script(_script("renew_leases.lua"))
@@ -291,74 +290,6 @@ class JobStore:
             for state in J.values():
                 pipe.scard(keys.state_set(state))
             return dict(zip(J.values(), await pipe.execute(), strict=True))
-
-
-class _ScriptBatcher:
-    """Sends the calls of one script made in the same event-loop turn as one pipeline.
-
-    Under load, many CreateJobs arrive together; one write and one read for all of them
-    costs far less than one per call (syscalls and redis-py's per-command work dominate),
-    and each call still takes exactly one Redis round trip before its caller returns.
-    """
-
-    def __init__(self, client: aioredis.Redis, script) -> None:
-        self.client = client
-        self.script = script
-        self.pending: list[tuple[list, list, asyncio.Future]] = []
-        self.flushing = False
-        self.tasks: set[asyncio.Task] = set()  # the loop only keeps weak references to tasks
-
-    async def __call__(self, keys: list, args: list):
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.pending.append((keys, args, future))
-        if not self.flushing:
-            self.flushing = True
-            loop.call_soon(self._spawn, self._drain())
-        return await future
-
-    def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def _drain(self) -> None:
-        # One batch in flight at a time: calls that arrive meanwhile form the next batch,
-        # so batches grow with load instead of the number of round trips.
-        try:
-            while self.pending:
-                await self._flush()
-        finally:
-            self.flushing = False
-
-    async def _flush(self) -> None:
-        batch, self.pending = self.pending, []
-        try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for keys, args, _ in batch:
-                    pipe.evalsha(self.script.sha, len(keys), *keys, *args)
-                results = await pipe.execute(raise_on_error=False)
-        except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch
-            for *_, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (keys, args, future), result in zip(batch, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, NoScriptError):
-                # Redis lost its script cache (restart, SCRIPT FLUSH): the script call loads it.
-                self._spawn(self._single(keys, args, future))
-            elif isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-
-    async def _single(self, keys: list, args: list, future: asyncio.Future) -> None:
-        try:
-            future.set_result(await self.script(keys=keys, args=args))
-        except Exception as exc:  # noqa: BLE001
-            future.set_exception(exc)
 
 
 def encode_token(member: str) -> str:

@@ -206,3 +206,11 @@ async def test_a_create_resent_after_a_dropped_reply_returns_the_job_not_already
     manager.store.create = real_create
     with pytest.raises(errors.AlreadyExists):
         await manager.create(make_job(), job_id="resent")
+
+
+async def test_creates_survive_redis_losing_its_script_cache(manager, raw_redis):
+    await manager.create(make_job(), job_id="before")
+    await raw_redis.script_flush()
+    jobs = await asyncio.gather(*(manager.create(make_job(), job_id=f"after-{i}") for i in range(5)))
+    assert [j.name for j in jobs] == [f"jobs/after-{i}" for i in range(5)]
+    assert await raw_redis.zcard(keys.queue()) == 6
