@@ -15,21 +15,18 @@ better_value.lua); the rest are plain commands.
 
 from __future__ import annotations
 
-import base64
 import json
-import re
 from dataclasses import dataclass
 from importlib import resources
 
 import redis.asyncio as aioredis
 
 from paddleray.scheduler.v1 import experiment_pb2
-from paddleray.services.common.errors import InvalidArgument
 from paddleray.services.scheduler import keys
+from paddleray.services.scheduler.page_tokens import decode_token, encode_token
 from paddleray.services.scheduler.search import TrialParameters
 
 E = experiment_pb2.ExperimentState
-_TOKEN = re.compile(r"\d{15}:[a-z][a-z0-9-]{0,62}")
 _SCAN_CHUNK = 200
 
 
@@ -186,7 +183,7 @@ class ExperimentStore:
     async def list(self, page_size: int, page_token: str, states: set[int]) -> tuple[list[ExperimentRecord], str]:
         """Newest first; the token is the index entry of the last one returned, so experiments
         created meanwhile (always newer) never shift a later page."""
-        start = f"({decode_token(page_token)}" if page_token else "+"
+        start = f"({decode_token(page_token, 'ListExperiments')}" if page_token else "+"
         page: list[ExperimentRecord] = []
         while True:
             members = await self.redis.zrange(
@@ -203,16 +200,3 @@ class ExperimentStore:
                 return page, ""
             start = f"({_text(members[-1])}"
 
-
-def encode_token(member: str) -> str:
-    return base64.urlsafe_b64encode(member.encode()).decode().rstrip("=")
-
-
-def decode_token(token: str) -> str:
-    try:
-        member = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        member = ""
-    if not _TOKEN.fullmatch(member):
-        raise InvalidArgument("page_token", "not a token returned by ListExperiments")
-    return member

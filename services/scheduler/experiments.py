@@ -38,6 +38,8 @@ from paddleray.services.scheduler.store import now_ms
 
 log = logging.getLogger(__name__)
 
+_STOP_WAIT_S = 5.0
+
 E = experiment_pb2.ExperimentState
 # Same form as job ids: trial job ids are derived from it.
 _ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
@@ -76,6 +78,7 @@ class ExperimentManager:
         self._tasks: set[asyncio.Task] = set()
         self._stopping: set[str] = set()
         self._loop_task: asyncio.Task | None = None
+        self._shutting_down = False
 
     def register(self, hooks: JobHooks) -> None:
         hooks.on_metrics(self.on_metrics)
@@ -368,7 +371,9 @@ class ExperimentManager:
         self._loop_task = asyncio.get_running_loop().create_task(self._reconcile_loop())
 
     async def _reconcile_loop(self) -> None:
-        while True:
+        # A flag, not only cancellation: redis-py and grpc.aio can swallow a task's cancellation
+        # inside a call, and the loop would then go on after stop().
+        while not self._shutting_down:
             try:
                 await self.reconcile()
             except Exception:  # noqa: BLE001 - a Redis blip must not end the loop
@@ -376,10 +381,13 @@ class ExperimentManager:
             await asyncio.sleep(self.reconcile_interval_s)
 
     async def stop(self) -> None:
+        self._shutting_down = True
         tasks = [*self._tasks, *([self._loop_task] if self._loop_task else [])]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            # Bounded for the same reason: a task whose cancellation was swallowed must not hang shutdown.
+            await asyncio.wait(tasks, timeout=_STOP_WAIT_S)
 
     def _spawn(self, coro: Coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)

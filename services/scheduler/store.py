@@ -14,8 +14,6 @@ jobs.py decides, then writes through `update` with the version it read.
 
 from __future__ import annotations
 
-import base64
-import re
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -23,15 +21,14 @@ from importlib import resources
 import redis.asyncio as aioredis
 
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common.errors import InvalidArgument
 from paddleray.services.scheduler import keys
+from paddleray.services.scheduler.page_tokens import decode_token, encode_token
 from paddleray.services.scheduler.resources import Amounts, job_demand
 from paddleray.services.scheduler.script_batch import ScriptBatcher
 
 J = job_pb2.JobState
 TERMINAL_STATES = (J.JOB_STATE_SUCCEEDED, J.JOB_STATE_FAILED, J.JOB_STATE_CANCELLED, J.JOB_STATE_TIMED_OUT,
                    J.JOB_STATE_EARLY_STOPPED)
-_TOKEN = re.compile(r"\d{15}:[a-z][a-z0-9-]{0,62}")
 _SCAN_CHUNK = 200
 
 
@@ -201,7 +198,7 @@ class JobStore:
             index = keys.by_tenant(tenant)
         else:
             index = keys.by_time()
-        start = f"({decode_token(page_token)}" if page_token else "+"
+        start = f"({decode_token(page_token, 'ListJobs')}" if page_token else "+"
         page: list[job_pb2.Job] = []
         last = ""
         while len(page) < page_size:
@@ -291,19 +288,6 @@ class JobStore:
                 pipe.scard(keys.state_set(state))
             return dict(zip(J.values(), await pipe.execute(), strict=True))
 
-
-def encode_token(member: str) -> str:
-    return base64.urlsafe_b64encode(member.encode()).decode().rstrip("=")
-
-
-def decode_token(token: str) -> str:
-    try:
-        member = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        member = ""
-    if not _TOKEN.fullmatch(member):
-        raise InvalidArgument("page_token", "not a token returned by ListJobs")
-    return member
 
 
 def _record(values: list[bytes | None]) -> JobRecord | None:
