@@ -4,7 +4,8 @@ throughput_vs_bare: samples/s of one worker (1 CPU) training a digits example un
 paddleray vs the same model, rows, batch order, epochs and per-epoch checkpoints in a bare
 Paddle script run as its own process (bench/trainer_bare.py), both timed over the training
 function (bench/trainer_entry.py inside the rank), A B A B, medians. Both get one math
-thread (Ray gives a 1-CPU actor OMP_NUM_THREADS=1; the bare process is given the same). The
+thread (Ray gives a 1-CPU actor OMP_NUM_THREADS=1 and the worker sets MKL_NUM_THREADS and
+OPENBLAS_NUM_THREADS to match; the bare process is given the same three). The
 bare process trains twice and its second (warm) call is the baseline: a warm worker has paid
 Paddle's first-call costs before, a fresh process has not (its cold rate is reported too).
 The same comparison on an MLP whose epochs take ~40 ms is reported as tiny_epochs_vs_bare:
@@ -38,6 +39,7 @@ from google.protobuf import struct_pb2
 from bench import harness
 from paddleray.common.v1 import common_pb2
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead
+from paddleray.services.trainer.backend import MATH_THREAD_VARS
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRYPOINT = "bench.trainer_entry:digits"
@@ -46,6 +48,11 @@ ENTRYPOINT = "bench.trainer_entry:digits"
 def _params(quick: bool) -> dict:
     return {
         "rounds": 3 if quick else 7,
+        # Both sides checkpoint every epoch. paddleray does more than the bare script: it also
+        # writes the example's train state, fsyncs the files and directories and writes a
+        # manifest (a durable, atomic commit); the bare script only paddle.save()s, as a user would.
+        "checkpoints": "every epoch on both sides; paddleray's commit is durable (fsync), the bare script's is not",
+        "math_threads": "1 on both sides (" + ", ".join(MATH_THREAD_VARS) + ")",
         # The target: a CNN whose epoch takes a few hundred ms, still far shorter than real epochs.
         "throughput": {"model": "digits_cnn", "channels": [32, 64], "epochs": 3 if quick else 8, "batch_size": 16},
         # Reported only: an MLP whose whole epoch takes ~40 ms, where the per-epoch costs
@@ -88,7 +95,8 @@ def _rate(timing: dict) -> float:
 
 
 def _bare(config: dict) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    # The thread settings a 1-CPU worker gets (backend.MATH_THREAD_VARS), and nothing else.
+    env = {**os.environ, **dict.fromkeys(MATH_THREAD_VARS, "1"), "PYTHONPATH": str(REPO)}
     out = subprocess.run(
         [sys.executable, "-m", "bench.trainer_bare", json.dumps(config)],
         cwd=REPO, env=env, check=True, capture_output=True, text=True, timeout=600,

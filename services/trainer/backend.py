@@ -133,3 +133,16 @@ class PaddleBackend:
 
     async def on_shutdown(self, workers: Sequence[Any]) -> None:
         """Nothing to undo in the processes: see the class docstring."""
+
+
+# Paddle's CPU kernels run on Intel OpenMP, MKL (mklml) and oneDNN, and NumPy may bring
+# OpenBLAS. Ray sets only OMP_NUM_THREADS (to the actor's whole CPUs); the others follow it
+# so a 1-CPU worker computes on 1 thread. Values the user set in the runtime env stay.
+MATH_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def math_thread_env(environ) -> dict[str, str]:
+    threads = environ.get("OMP_NUM_THREADS")
+    if not threads:
+        return {}
+    return {var: environ.get(var) or threads for var in MATH_THREAD_VARS}

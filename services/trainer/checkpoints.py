@@ -8,7 +8,8 @@ Layout under a run's directory (works unchanged on a shared filesystem)::
 A checkpoint is complete once its manifest exists. The directory is renamed into place first
 and the manifest written last (itself through a rename), so a reader never sees a half-written
 checkpoint as complete: a crash at any point leaves either a complete checkpoint or an
-unlisted directory that the next commit removes.
+unlisted directory that the next commit removes. The files are fsynced before the manifest
+is written, and the directory entries after, so a commit that returned survives a power cut.
 """
 
 from __future__ import annotations
@@ -111,10 +112,15 @@ class CheckpointStore:
         else:
             shutil.copytree(source, tmp)
         (tmp / MANIFEST).unlink(missing_ok=True)  # a copied-in manifest must not complete it early
+        # Durable before the manifest exists: a manifest that survives a power cut never names
+        # files that did not. Once commit returns, the checkpoint survives one too, so ctx.report
+        # need not wait for the trainer (it recovers an unreported checkpoint from disk).
+        _fsync_tree(tmp)
         final = self._free_name(step)
         os.rename(tmp, final)
         info = CheckpointInfo(final, int(step), int(epoch), {k: float(v) for k, v in metrics.items()}, time.time())
         _write_atomically(final / MANIFEST, json.dumps(info.manifest()))
+        _fsync_dir(self.directory)  # the rename into place
         if policy is not None:
             self.apply_retention(policy)
         return info
@@ -140,8 +146,10 @@ class CheckpointStore:
         return min(ranked, key=policy.rank_key) if ranked else None
 
     def apply_retention(self, policy: RetentionPolicy) -> None:
+        if policy.keep_last <= 0:  # keeps everything: no need to read every manifest again
+            return
         checkpoints = self.list()
-        if policy.keep_last <= 0 or not checkpoints:
+        if not checkpoints:
             return
         keep = {c.path for c in checkpoints[-policy.keep_last :]}
         if policy.best_metric:
@@ -176,3 +184,24 @@ def _write_atomically(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_tree(directory: Path) -> None:
+    """fsync every file and directory under `directory` (a user's checkpoint: few files)."""
+    for parent, _dirs, files in os.walk(directory):
+        for name in files:
+            fd = os.open(os.path.join(parent, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(parent))
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

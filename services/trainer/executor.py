@@ -126,12 +126,8 @@ class RunExecutor:
         self._registry.transition(self.run_id, state, reason)
 
     def _sync_checkpoints(self) -> None:
-        """Records a checkpoint committed on disk whose report died with its worker."""
-        store = CheckpointStore(self._paths.checkpoints)
-        latest = store.latest()
-        known = self._registry.get(self.run_id).latest_checkpoint
-        if latest is not None and (known is None or known["path"] != str(latest.path)):
-            self._registry.add_checkpoint(self.run_id, latest, store.best(self.spec.retention))
+        """Records a checkpoint committed on disk whose report was not polled (its worker died)."""
+        self._registry.recover_checkpoint(self.run_id, CheckpointStore(self._paths.checkpoints), self.spec.retention)
 
     async def _acquire(self) -> tuple[WorkerGroup | None, bool]:
         """The worker group, or None when a stop came first. Cancelling frees what it took."""

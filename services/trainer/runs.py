@@ -25,7 +25,8 @@ from google.protobuf import json_format
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors
 from paddleray.services.trainer import metrics
-from paddleray.services.trainer.checkpoints import CheckpointInfo
+from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
+from paddleray.services.trainer.spec import retention_policy
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,23 @@ class RunRegistry:
         record.best_checkpoint = checkpoint_dict(best) if best is not None else None
         self._emit(record, "checkpoint", record.latest_checkpoint)
 
+    def recover_checkpoint(self, run_id: str, store: CheckpointStore, policy: RetentionPolicy) -> None:
+        """Records the newest checkpoint on disk if its report never arrived.
+
+        ctx.report returns without waiting for the trainer: its checkpoint is committed on disk
+        first, with the report's step and metrics in the manifest, so a report lost with its
+        worker (or with a previous trainer) is rebuilt from there, metrics event included.
+        Reports arrive in order, so when the newest checkpoint is unknown, so are its metrics.
+        """
+        latest = store.latest()
+        record = self.get(run_id)
+        known = record.latest_checkpoint
+        if latest is None or (known is not None and known["path"] == str(latest.path)):
+            return
+        if record.latest_metrics is None or record.latest_metrics["step"] <= latest.step:
+            self.add_metrics(run_id, latest.step, dict(latest.metrics))
+        self.add_checkpoint(run_id, latest, store.best(policy))
+
     def _emit(self, record: RunRecord, kind: str, data: dict[str, Any]) -> None:
         events = self._events.get(record.run_id)
         if events is None:  # an ended run (nothing reports after the end, but stay correct)
@@ -245,9 +263,18 @@ class RunRegistry:
                 self._by_request[record.request_id] = record.run_id
             metrics.RUNS_BY_STATE.labels(state=record.state).inc()
             if not record.terminal:  # every active state may end in FAILED
+                self._recover_after_restart(record)
                 self.transition(record.run_id, FAILED, "the trainer restarted while the run was active")
             loaded += 1
         return loaded
+
+
+    def _recover_after_restart(self, record: RunRecord) -> None:
+        try:
+            policy = retention_policy(record.training_spec().checkpoint_policy)
+        except (errors.DomainError, json_format.ParseError, ValueError):  # a record edited by hand: latest only
+            policy = RetentionPolicy()
+        self.recover_checkpoint(record.run_id, CheckpointStore(self._dir / record.run_id / "checkpoints"), policy)
 
 
 def _end_last_line(path: Path) -> None:

@@ -123,7 +123,7 @@ def run_spec(
             env=_env(spec.runtime_env),
             strategy=_strategy(spec.placement_strategy),
         ),
-        retention=_retention(spec.checkpoint_policy),
+        retention=retention_policy(spec.checkpoint_policy),
         datasets=tuple(spec.datasets),
         timeout_s=timeout_s,
         resume_from=resume_from,
@@ -171,7 +171,7 @@ def _strategy(value: int) -> str:
     return _STRATEGIES[value]
 
 
-def _retention(policy: common_pb2.CheckpointPolicy) -> RetentionPolicy:
+def retention_policy(policy: common_pb2.CheckpointPolicy) -> RetentionPolicy:
     prefix = "spec.checkpoint_policy"
     if policy.keep_last < 0:
         raise errors.InvalidArgument(f"{prefix}.keep_last", "must be >= 0")

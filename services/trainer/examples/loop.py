@@ -149,8 +149,8 @@ def data_sources(ctx, cfg: TrainConfig) -> tuple[Batches, Batches, str]:
     return train, validation, source
 
 
-def evaluate(model, batches: Batches, input_shape: tuple[int, ...], world_size: int) -> tuple[float, float]:
-    """(mean loss, accuracy) over every rank's validation rows."""
+def validation_sums(model, batches: Batches, input_shape: tuple[int, ...]) -> list[float]:
+    """[loss sum, correct, rows] over this rank's validation rows (reduced across ranks by the caller)."""
     import paddle
     import paddle.nn.functional as F
 
@@ -166,8 +166,7 @@ def evaluate(model, batches: Batches, input_shape: tuple[int, ...], world_size: 
             correct += float((logits.argmax(axis=1) == labels).astype("float32").sum())
             count += len(y)
     model.train()
-    loss_sum, correct, count = _all_reduce_sum([loss_sum, correct, count], world_size)
-    return loss_sum / max(count, 1.0), correct / max(count, 1.0)
+    return [loss_sum, correct, count]
 
 
 def fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...], model_name: str) -> dict[str, float]:
@@ -213,13 +212,16 @@ def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...],
             loss_total += loss.detach() * len(y)
             samples += len(y)
         elapsed = time.perf_counter() - started
-        loss_sum, samples = _all_reduce_sum([float(loss_total), float(samples)], ctx.world_size)
-        val_loss, accuracy = evaluate(model, val_batches, input_shape, ctx.world_size)
+        # One all-reduce an epoch for the training and the validation sums: ranks wait for
+        # each other at every collective.
+        loss_sum, samples, val_loss_sum, correct, val_rows = _all_reduce_sum(
+            [float(loss_total), float(samples), *validation_sums(model, val_batches, input_shape)], ctx.world_size
+        )
         metrics = {
             "epoch": float(epoch + 1),
             "loss": loss_sum / max(samples, 1.0),
-            "val_loss": val_loss,
-            "accuracy": accuracy,
+            "val_loss": val_loss_sum / max(val_rows, 1.0),
+            "accuracy": correct / max(val_rows, 1.0),
             "samples": samples,
             "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
         }

@@ -9,10 +9,12 @@ import pytest
 
 from paddleray.services.common import errors
 from paddleray.services.trainer.backend import (
+    MATH_THREAD_VARS,
     PaddleBackendConfig,
     collective_env,
     gpu_memory_limit_mb,
     gpu_process_env,
+    math_thread_env,
     probe_gpu_memory_mb,
     validate_gpu_request,
 )
@@ -146,3 +148,9 @@ def test_a_worker_given_half_a_gpu_sets_paddles_flags_before_importing_it(monkey
     assert seen_at_import == {"CUDA_VISIBLE_DEVICES": "3", "FLAGS_gpu_memory_limit_mb": "8000"}
     assert os.environ["FLAGS_selected_gpus"] == "0"
     assert os.environ["FLAGS_fraction_of_gpu_memory_to_use"] == "0.5000"
+
+
+def test_math_libraries_follow_the_thread_count_ray_gives_the_worker():
+    assert math_thread_env({"OMP_NUM_THREADS": "1"}) == dict.fromkeys(MATH_THREAD_VARS, "1")
+    assert math_thread_env({"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "4"})["MKL_NUM_THREADS"] == "4"
+    assert math_thread_env({}) == {}

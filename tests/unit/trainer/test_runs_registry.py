@@ -9,7 +9,7 @@ import pytest
 
 from paddleray.services.common import errors
 from paddleray.services.trainer import runs
-from paddleray.services.trainer.checkpoints import CheckpointInfo
+from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
 
 pytestmark = pytest.mark.unit
 
@@ -115,3 +115,36 @@ def test_a_torn_event_line_is_skipped_on_load(tmp_path):
     assert [(e.sequence, e.data["to"]) for e in reloaded.events("active")] == [
         (1, runs.PENDING), (2, runs.STARTING), (3, runs.FAILED),
     ]
+
+
+def _commit(tmp_path, run_id, step, **metrics):
+    store = CheckpointStore(tmp_path / "runs" / run_id / "checkpoints")
+    source = tmp_path / f"src-{step}"
+    source.mkdir()
+    (source / "model.pdparams").write_bytes(b"weights")
+    return store, store.commit(source, step, step, metrics)
+
+
+def test_a_checkpoint_whose_report_never_arrived_is_recorded_from_disk_with_its_metrics(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record())
+    registry.add_metrics("r1", 1, {"epoch": 1.0})
+    store, info = _commit(tmp_path, "r1", 2, epoch=2.0, loss=0.5)
+    registry.recover_checkpoint("r1", store, RetentionPolicy(best_metric="loss", best_mode="min"))
+    record = registry.get("r1")
+    assert record.latest_metrics == {"step": 2, "metrics": {"epoch": 2.0, "loss": 0.5}}
+    assert record.latest_checkpoint["path"] == record.best_checkpoint["path"] == str(info.path)
+    kinds = [e.kind for e in registry.events("r1")]
+    registry.recover_checkpoint("r1", store, RetentionPolicy())
+    assert [e.kind for e in registry.events("r1")] == kinds, "a recorded checkpoint is not recorded twice"
+
+
+def test_a_restarted_trainer_records_the_newest_checkpoint_of_a_run_it_fails(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record())
+    _, info = _commit(tmp_path, "r1", 3, epoch=3.0)
+    restarted = runs.RunRegistry(tmp_path)
+    assert restarted.load() == 1
+    record = restarted.get("r1")
+    assert record.state == runs.FAILED and record.latest_checkpoint["path"] == str(info.path)
+    assert record.latest_metrics == {"step": 3, "metrics": {"epoch": 3.0}}
