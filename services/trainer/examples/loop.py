@@ -196,13 +196,15 @@ def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...],
     print(f"{model_name}: rank {ctx.rank}/{ctx.world_size} epochs {first_epoch + 1}..{cfg.epochs} {source}", flush=True)
 
     metrics: dict[str, float] = {}
+    steps_taken = 0  # the same on every rank: every rank takes as many steps an epoch
     for epoch in range(first_epoch, cfg.epochs):
         started = time.perf_counter()
         # Summed on the device: reading the loss back every step would wait for a GPU each time.
         loss_total, samples = paddle.zeros([], dtype="float32"), 0
         for step, (x, y) in enumerate(train_batches(epoch)):
-            # Alone, a check is free; across ranks it is a collective, so only every few steps.
-            if (ctx.world_size == 1 or step % cfg.stop_check_steps == 0) and _stop_agreed(ctx):
+            # Alone, a check is free; across ranks it is a collective, so only every few steps,
+            # counted across epochs (an epoch of a few large steps needs no check of its own).
+            if (ctx.world_size == 1 or steps_taken % cfg.stop_check_steps == 0) and _stop_agreed(ctx):
                 print(f"{model_name}: rank {ctx.rank} stops at epoch {epoch + 1} step {step}", flush=True)
                 return metrics
             loss = F.cross_entropy(net(paddle.to_tensor(x).reshape([-1, *input_shape])), paddle.to_tensor(y))
@@ -211,6 +213,7 @@ def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...],
             optimizer.clear_grad()
             loss_total += loss.detach() * len(y)
             samples += len(y)
+            steps_taken += 1
         elapsed = time.perf_counter() - started
         # One all-reduce an epoch for the training and the validation sums: ranks wait for
         # each other at every collective.
