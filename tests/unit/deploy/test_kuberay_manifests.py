@@ -1,4 +1,4 @@
-"""deploy/kuberay manifests validated against KubeRay's CRD OpenAPI schemas (../shared/schemas/kuberay).
+"""deploy/kuberay manifests validated against KubeRay's CRD OpenAPI schemas (deploy/kuberay/crds).
 
 Kubernetes prunes unknown fields silently, so the schemas are made strict here (no property
 the CRD does not declare), which turns a misspelt field into a failure instead of a no-op.
@@ -16,7 +16,9 @@ from deploy_support import DEPLOY, REPO, load_all, pin, pyproject
 
 pytestmark = pytest.mark.unit
 
-SCHEMAS = REPO.parent / "shared" / "schemas" / "kuberay"
+# The KubeRay CRDs the manifests target, kept in the repo (copied from shared/schemas/kuberay)
+# so that the check runs in any checkout, and so that `kubectl apply` can install them.
+SCHEMAS = DEPLOY / "kuberay" / "crds"
 MANIFESTS = sorted((DEPLOY / "kuberay").glob("*.yaml"))
 
 
