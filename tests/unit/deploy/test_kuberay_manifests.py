@@ -12,7 +12,7 @@ from functools import cache
 import jsonschema
 import pytest
 import yaml
-from deploy_support import DEPLOY, REPO, load_all, pin, pyproject
+from deploy_support import DEPLOY, load_all, pin, pyproject
 
 pytestmark = pytest.mark.unit
 
