@@ -10,16 +10,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from grpc import aio
 from support_fake_trainer import TERMINAL, start_fake_trainer
-from support_scheduler import make_job
+from support_scheduler import SchedulerProcess, make_job
 from support_sweep_trainer import SweepTrainer
 
 from paddleray.common.v1 import common_pb2
@@ -27,63 +22,11 @@ from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, 
 from paddleray.scheduler.v1 import experiment_service_pb2 as es
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.trainer.v1 import run_pb2
-from support import free_port
 
 pytestmark = pytest.mark.integration
 
 E = experiment_pb2.ExperimentState
 J = job_pb2.JobState
-
-
-class SchedulerProcess:
-    def __init__(self, redis_url: str, trainer_address: str, log_dir: Path) -> None:
-        self.port = free_port()
-        self.log_dir = log_dir
-        self.env = {
-            **os.environ,
-            "PADDLERAY_SCHEDULER_REDIS_URL": redis_url,
-            "PADDLERAY_SCHEDULER_TRAINER_ADDRESS": trainer_address,
-            "PADDLERAY_SCHEDULER_PORT": str(self.port),
-            "PADDLERAY_SCHEDULER_LEASE_TTL_S": "2",
-            "PADDLERAY_SCHEDULER_DISPATCH_INTERVAL_S": "0.05",
-            "PADDLERAY_SCHEDULER_GRACE_PERIOD_S": "0",
-        }
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    async def start(self) -> None:
-        self.starts += 1
-        log = open(self.log_dir / f"scheduler-{self.starts}.log", "wb")  # noqa: SIM115 - closed by the child
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "paddleray.services.scheduler"], env=self.env, stdout=log, stderr=log
-        )
-        log.close()
-        # Polled with asyncio.sleep: the fake trainer lives on this loop and must keep serving.
-        async with asyncio.timeout(60):
-            while True:
-                assert self.proc.poll() is None, (self.log_dir / f"scheduler-{self.starts}.log").read_text()
-                channel = aio.insecure_channel(f"127.0.0.1:{self.port}")
-                try:
-                    await experiment_service_pb2_grpc.ExperimentServiceStub(channel).ListExperiments(
-                        es.ListExperimentsRequest(), timeout=1
-                    )
-                    return
-                except aio.AioRpcError:
-                    await asyncio.sleep(0.1)
-                finally:
-                    await channel.close()
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 def _sweep(lrs) -> experiment_pb2.Experiment:
