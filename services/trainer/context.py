@@ -2,7 +2,10 @@
 
 It lives in the worker actor. Reports go to a sink (the executor's queue, drained by the
 trainer); checkpoints are committed here, on rank 0, straight into the shared storage root,
-so the files never travel through the driver.
+so the files never travel through the driver. By default ctx.report returns once the
+checkpoint is durable; with the policy's commit_in_background, a checkpoint saved in
+make_checkpoint_dir() is committed by a background thread (committer.py) while training
+goes on, its report reaches the sink once the commit is durable, and reports keep their order.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy, read_checkpoint
+from paddleray.services.trainer.committer import BackgroundCommitter
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class ContextSpec:
     device: str = "cpu"
     resume_from: str | None = None
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    commit_in_background: bool = False
     dataset_shards: dict[str, Any] = field(default_factory=dict)
 
 
@@ -75,6 +80,7 @@ class TrainContext:
         self._sink = sink
         self._stop = stop
         self._store = CheckpointStore(spec.paths.checkpoints)
+        self._committer: BackgroundCommitter[Report] = BackgroundCommitter(sink)
         resumed = self._resume_checkpoint()
         # The step counter continues from the checkpoint a run resumes from.
         self._step = resumed.step if resumed is not None else 0
@@ -111,24 +117,45 @@ class TrainContext:
     def report(self, metrics: Mapping[str, Any], checkpoint: str | os.PathLike | None = None) -> None:
         """Reports metrics; on rank 0 a checkpoint directory is committed atomically.
 
-        Other ranks' checkpoints are dropped: in data parallelism every rank holds the same
-        model, and one writer keeps commits free of races.
+        Returns once the checkpoint is durable, unless the run commits in the background: then
+        a directory from make_checkpoint_dir() (the trainer's from now on) is committed while
+        the caller goes on. Any other directory is always copied before report returns, since
+        its owner may write to it again. Other ranks' checkpoints are dropped: in data
+        parallelism every rank holds the same model, and one writer keeps commits free of races.
         """
         values = _as_floats(metrics)
-        self._step = int(values["step"]) if "step" in values else self._step + 1
+        step = self._step = int(values["step"]) if "step" in values else self._step + 1
         if "epoch" in values:
             self._epoch = int(values["epoch"])
-        committed = None
-        if checkpoint is not None:
-            source = Path(checkpoint)
-            ours = _is_within(source, self._spec.paths.staging)
-            if self.rank == 0:
-                committed = self._store.commit(
-                    source, self._step, self._epoch, values, self._spec.retention, move=ours
-                )
-            elif ours:
+        epoch = self._epoch
+        if checkpoint is None:
+            self._committer.hand_over(Report(self.rank, step, values))
+            return
+        source = Path(checkpoint)
+        ours = _is_within(source, self._spec.paths.staging)
+        if self.rank != 0:
+            if ours:
                 shutil.rmtree(source, ignore_errors=True)
-        self._sink(Report(self.rank, self._step, values, committed))
+            self._committer.hand_over(Report(self.rank, step, values))
+            return
+
+        def commit() -> Report:
+            info = self._store.commit(source, step, epoch, values, self._spec.retention, move=ours)
+            return Report(self.rank, step, values, info)
+
+        if ours and self._spec.commit_in_background:
+            self._committer.submit(commit)
+        else:
+            self._committer.flush()
+            self._sink(commit())
+
+    def flush(self) -> None:
+        """Waits for the checkpoints reported so far to be committed and handed to the trainer."""
+        self._committer.flush()
+
+    def close(self) -> None:
+        """Called by the worker when the user function has ended: commits what is in flight."""
+        self._committer.close()
 
     def make_checkpoint_dir(self) -> Path:
         """A fresh empty directory on the storage root to save into before report(checkpoint=...)."""
@@ -160,6 +187,7 @@ class TrainContext:
         return seq[self.rank :: self.world_size]
 
     def _latest_info(self) -> CheckpointInfo | None:
+        self._committer.flush()  # a checkpoint reported is one the caller may ask for at once
         return self._store.latest() or self._resume_checkpoint()
 
     def _resume_checkpoint(self) -> CheckpointInfo | None:

@@ -192,6 +192,7 @@ class RunExecutor:
             device=PaddleBackendConfig(use_gpu=self.spec.group.resources.num_gpus > 0).device,
             resume_from=self.spec.resume_from,
             retention=self.spec.retention,
+            commit_in_background=self.spec.commit_in_background,
         )
         await asyncio.gather(
             *(

@@ -75,6 +75,7 @@ class RunSpec:
     config: dict[str, Any]
     group: GroupSpec
     retention: RetentionPolicy
+    commit_in_background: bool = False
     datasets: tuple[common_pb2.Dataset, ...] = ()
     timeout_s: float | None = None
     resume_from: str | None = None
@@ -124,6 +125,7 @@ def run_spec(
             strategy=_strategy(spec.placement_strategy),
         ),
         retention=retention_policy(spec.checkpoint_policy),
+        commit_in_background=spec.checkpoint_policy.commit_in_background,
         datasets=tuple(spec.datasets),
         timeout_s=timeout_s,
         resume_from=resume_from,

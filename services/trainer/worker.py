@@ -9,6 +9,7 @@ RayActorError on the pending `next_reports` instead.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import queue
@@ -121,7 +122,7 @@ class WorkerActor:
 
     def _hand_over(self, report: Report) -> None:
         # No report waits for the trainer, checkpoints included: a checkpoint is durable on disk
-        # once ctx.report commits it, and its manifest holds the report's step and metrics, so
+        # before its report is handed over, and its manifest holds the report's step and metrics, so
         # the trainer records it from disk if the process dies before the report is polled
         # (RunRegistry.recover_checkpoint). Waiting for an acknowledgement cost a Ray round
         # trip per checkpoint (5-10 ms an epoch, measured by `python -m bench trainer`).
@@ -140,7 +141,16 @@ class WorkerActor:
             self._paddle.set_device(self._device)
             module_name, _, function_name = entrypoint.partition(":")
             function = getattr(importlib.import_module(module_name), function_name)
-            function(spec.config, TrainContext(spec, self._hand_over, self._stop))
+            context = TrainContext(spec, self._hand_over, self._stop)
+            try:
+                function(spec.config, context)
+            except BaseException:
+                # Checkpoints reported before the failure are still committed and handed over
+                # (a retry resumes from the newest); the function's error is the run's cause.
+                with contextlib.suppress(Exception):
+                    context.close()
+                raise
+            context.close()  # a failed commit fails the run here
         except SystemExit as exc:
             if exc.code in (None, 0):
                 return Outcome(ok=True)

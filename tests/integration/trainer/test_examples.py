@@ -25,7 +25,9 @@ def examples_client(client, trainer, monkeypatch):
     return client
 
 
-def _start(client, model: str, config: dict, num_workers: int = 1, datasets=(), resume_from=None, wait=True) -> run_pb2.Run:
+def _start(
+    client, model: str, config: dict, num_workers: int = 1, datasets=(), resume_from=None, wait=True, policy=None
+) -> run_pb2.Run:
     struct = struct_pb2.Struct()
     struct.update(config)
     spec = common_pb2.TrainingSpec(
@@ -34,6 +36,7 @@ def _start(client, model: str, config: dict, num_workers: int = 1, datasets=(), 
         num_workers=num_workers,
         resources_per_worker=common_pb2.Resources(num_cpus=1),
         datasets=list(datasets),
+        checkpoint_policy=policy,
     )
     request = trainer_service_pb2.StartRunRequest(spec=spec, resume_from=resume_from)
     run = client.stub.StartRun(request, timeout=30).run
@@ -112,3 +115,18 @@ def test_a_stop_ends_both_data_parallel_ranks_on_their_own(examples_client):
     stops = {line.rank: line.text for batch in logs for line in batch.lines if "stops at epoch" in line.text}
     assert sorted(stops) == [0, 1], stops
     assert stops[0].split("stops at")[1] == stops[1].split("stops at")[1]  # the same epoch and step
+
+
+def test_background_commits_report_every_checkpoint_in_order_with_the_final_weights(examples_client):
+    """commit_in_background: the ranks train on while rank 0's commits land; nothing is lost or reordered."""
+    config = {"epochs": 3, "batch_size": 64, "hidden_sizes": [32]}
+    policy = common_pb2.CheckpointPolicy(commit_in_background=True)
+    background = _start(examples_client, "digits_mlp", config, num_workers=2, policy=policy)
+    inline = _start(examples_client, "digits_mlp", config, num_workers=2)
+    events = examples_client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=background.name), timeout=60)
+    checkpoints = [r.event.checkpoint.epoch for r in events if r.event.HasField("checkpoint")]
+    assert checkpoints == [1, 2, 3]
+    assert background.latest_checkpoint.epoch == 3
+    assert _epochs_reported(examples_client, background) == [1.0, 2.0, 3.0]
+    want, got = _params(inline.latest_checkpoint), _params(background.latest_checkpoint)
+    assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -78,28 +79,82 @@ def test_same_step_twice_gets_two_checkpoints(tmp_path):
     assert (store.latest().path / "model.pdparams").read_text() == "2"
 
 
-def _context(tmp_path, rank=0, resume_from=None, policy=None):
+def _context(tmp_path, rank=0, resume_from=None, policy=None, background=False):
     reports = []
     spec = ContextSpec(
         run_name="runs/r1", paths=RunPaths.of(tmp_path, "r1"), rank=rank, world_size=2, local_rank=rank,
         config={"lr": 0.1}, resume_from=resume_from, retention=policy or RetentionPolicy(),
+        commit_in_background=background,
     )
     return TrainContext(spec, reports.append, threading.Event()), reports
 
 
-def test_context_commits_rank0_checkpoints_and_counts_steps(tmp_path):
+def test_context_reports_a_checkpoint_once_it_is_durable(tmp_path, monkeypatch):
     ctx, reports = _context(tmp_path)
+    directory = ctx.make_checkpoint_dir()
+    (directory / "w").write_text("x")
+    commit = CheckpointStore.commit
+    monkeypatch.setattr(CheckpointStore, "commit", lambda *a, **k: time.sleep(0.3) or commit(*a, **k))
+    started = time.monotonic()
+    ctx.report({"epoch": 1}, checkpoint=directory)
+    assert time.monotonic() - started >= 0.3, "by default report returns once the commit is done"
+    assert reports[0].checkpoint is not None and (reports[0].checkpoint.path / MANIFEST).exists()
+
+
+def test_context_commits_in_the_background_when_asked_and_keeps_report_order(tmp_path, monkeypatch):
+    ctx, reports = _context(tmp_path, background=True)
+    directory = ctx.make_checkpoint_dir()
+    (directory / "w").write_text("x")
+    commit = CheckpointStore.commit
+    monkeypatch.setattr(CheckpointStore, "commit", lambda *a, **k: time.sleep(0.3) or commit(*a, **k))
+    started = time.monotonic()
+    ctx.report({"epoch": 1}, checkpoint=directory)
+    ctx.report({"loss": 0.4})
+    assert time.monotonic() - started < 0.3 and reports == [], "training goes on; nothing overtakes the commit"
+    ctx.flush()
+    assert [r.step for r in reports] == [1, 2] and reports[0].checkpoint.epoch == 1
+    assert ctx.latest_checkpoint == reports[0].checkpoint.path
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_context_commits_rank0_checkpoints_and_counts_steps(tmp_path, background):
+    ctx, reports = _context(tmp_path, background=background)
     ctx.report({"loss": 1.0})
     directory = ctx.make_checkpoint_dir()
     (directory / "w").write_text("x")
     ctx.report({"loss": 0.5, "epoch": 1}, checkpoint=directory)
-    assert [r.step for r in reports] == [1, 2]
+    ctx.report({"loss": 0.4})
+    ctx.flush()
+    assert [r.step for r in reports] == [1, 2, 3]
     assert reports[1].checkpoint.epoch == 1
     assert not directory.exists(), "a staged directory is moved, not copied"
     assert ctx.latest_checkpoint == reports[1].checkpoint.path
     assert ctx.checkpoint_manifest["step"] == 2
     ctx.report({"step": 40, "loss": 0.1})
     assert reports[-1].step == 40
+
+
+def test_context_copies_a_directory_it_did_not_hand_out_before_report_returns(tmp_path):
+    ctx, reports = _context(tmp_path, background=True)
+    mine = tmp_path / "my-checkpoint"
+    mine.mkdir()
+    (mine / "w").write_text("epoch 1")
+    ctx.report({"epoch": 1}, checkpoint=mine)
+    assert reports[-1].checkpoint is not None, "committed before report returned: the owner may reuse it"
+    (mine / "w").write_text("epoch 2")
+    assert (reports[-1].checkpoint.path / "w").read_text() == "epoch 1"
+
+
+def test_context_raises_a_failed_background_commit_at_the_next_report(tmp_path):
+    ctx, reports = _context(tmp_path, background=True)
+    directory = ctx.make_checkpoint_dir()
+    directory.rmdir()  # gone before the committer gets to it
+    ctx.report({"epoch": 1}, checkpoint=directory)
+    with pytest.raises(RuntimeError, match="checkpoint commit failed: checkpoint must be a directory"):
+        ctx.flush()
+    with pytest.raises(RuntimeError, match="checkpoint commit failed"):
+        ctx.report({"epoch": 2})
+    assert reports == []
 
 
 def test_context_other_ranks_do_not_commit(tmp_path):

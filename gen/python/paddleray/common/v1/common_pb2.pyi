@@ -86,16 +86,18 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_retries: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff_multiplier: _Optional[float] = ...) -> None: ...
 
 class CheckpointPolicy(_message.Message):
-    __slots__ = ("keep_last", "best_metric", "best_mode", "keep_best")
+    __slots__ = ("keep_last", "best_metric", "best_mode", "keep_best", "commit_in_background")
     KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
     BEST_METRIC_FIELD_NUMBER: _ClassVar[int]
     BEST_MODE_FIELD_NUMBER: _ClassVar[int]
     KEEP_BEST_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_IN_BACKGROUND_FIELD_NUMBER: _ClassVar[int]
     keep_last: int
     best_metric: str
     best_mode: MetricMode
     keep_best: int
-    def __init__(self, keep_last: _Optional[int] = ..., best_metric: _Optional[str] = ..., best_mode: _Optional[_Union[MetricMode, str]] = ..., keep_best: _Optional[int] = ...) -> None: ...
+    commit_in_background: bool
+    def __init__(self, keep_last: _Optional[int] = ..., best_metric: _Optional[str] = ..., best_mode: _Optional[_Union[MetricMode, str]] = ..., keep_best: _Optional[int] = ..., commit_in_background: _Optional[bool] = ...) -> None: ...
 
 class RuntimeEnv(_message.Message):
     __slots__ = ("image", "env_vars", "working_dir")
