@@ -18,13 +18,15 @@ dp2_efficiency: a wide CNN on 2 data-parallel ranks (1 CPU each, same global bat
 independent 1-worker runs of it side by side, which is what this machine can do with two
 processes at all; the raw speedup of 2 ranks over 1 worker alone is reported as a metric.
 Samples/s of a run are rank 0's samples over its training time; side by side, the two
-runs' rates add up. What data parallelism costs here is a nearly fixed time per step: the
+runs' rates add up. What data parallelism costs here, per step (dp2_lost_ms_per_step): the
 gradient all-reduce (gloo over loopback: ~0.3-1.2 ms for 4 B to 1 MiB on this 2-vCPU VM,
-latency-bound) plus the time the faster rank waits for the slower one at that barrier,
-about 5 ms a step in all (reported as dp2_lost_ms_per_step). Its share depends on the
-step: the target model's rank step takes ~200 ms (128 rows through 128/256-channel convs on
-one core), a size real DP jobs exceed by far; the same measurement on a narrower CNN whose
-rank step takes ~55 ms is reported as dp2_small_steps_efficiency, to show the curve.
+latency-bound, then ~2.5 ms at 4 MiB) and the time the faster rank waits for the slower one
+at that barrier, which grows with the step (other processes take turns on the 2 cores and
+delay one rank or the other). Measured: ~7 ms on ~55 ms rank steps, ~17 ms on ~200 ms ones,
+so the share falls as steps grow. The target model's rank step takes ~200 ms (128 rows
+through 128/256-channel convs on one core), a size real DP jobs exceed by far; the same
+measurement on a narrower CNN with ~55 ms rank steps is reported as
+dp2_small_steps_efficiency, to show the curve.
 
 The trainer runs in this process (the domain object, no gRPC: throughput does not depend
 on the RPC layer) against a Ray head of its own. The head declares 4 logical CPUs on this
@@ -64,15 +66,15 @@ def _params(quick: bool) -> dict:
         # The target: a CNN whose epoch takes a few hundred ms, still far shorter than real epochs.
         "throughput": {"model": "digits_cnn", "channels": [32, 64], "epochs": 3 if quick else 8, "batch_size": 16},
         # Reported only: an MLP whose whole epoch takes ~40 ms, where the per-epoch costs
-        # (a checkpoint commit and a report acknowledged by the trainer) are as large as they get.
+        # (a durable checkpoint commit and a report) are as large as they get.
         "tiny_epochs": {"model": "digits_mlp", "epochs": 6 if quick else 15, "batch_size": 16},
         # The target: a rank step of ~200 ms (128 of the global 256 rows through 128/256-channel
-        # convs on one core), against which the ~5 ms a step that synchronising costs here is
+        # convs on one core), against which what synchronising costs a step here (~17 ms) is
         # small. Measured on narrower settings (reported below, or earlier): 16/32 channels at
         # batch 128 (~9 ms a step): efficiency ~0.56; 64/128 at batch 128: 0.71; 64/128 at batch
         # 256 (~55 ms a rank step): 0.85-0.89.
         "dp2": {"model": "digits_cnn", "channels": [128, 256], "epochs": 2 if quick else 5, "batch_size": 256},
-        # Reported only: the 64/128-channel CNN, whose ~55 ms rank steps pay the same fixed sync.
+        # Reported only: the 64/128-channel CNN, whose ~55 ms rank steps lose ~7 ms each to the sync.
         "dp2_small_steps": {"model": "digits_cnn", "channels": [64, 128], "epochs": 4 if quick else 10, "batch_size": 256},
     }
 
