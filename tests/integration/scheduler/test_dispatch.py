@@ -111,6 +111,10 @@ async def test_priority_then_fifo_and_tenant_job_limit(stack_factory):
         await _wait_state(stack, "jobs/blocker", J.JOB_STATE_RUNNING)
         await stack.create(make_job(config={"steps": 1}), job_id="low")
         await stack.create(make_job(config={"steps": 1}, priority=10), job_id="high")
+        # A pass decides on the queue as it read it: one that read only "low" and claims after
+        # the blocker's CPU is free would start "low" first. Let such a pass end (it finds no
+        # room while the blocker runs), so the next pass sees both.
+        await asyncio.sleep(0.5)
         await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/blocker"))
         high, low = await stack.wait_terminal("jobs/high"), await stack.wait_terminal("jobs/low")
         assert high.start_time.ToNanoseconds() < low.start_time.ToNanoseconds()
