@@ -89,12 +89,18 @@ def _context(tmp_path, rank=0, resume_from=None, policy=None, background=False):
     return TrainContext(spec, reports.append, threading.Event()), reports
 
 
-def test_context_reports_a_checkpoint_once_it_is_durable(tmp_path, monkeypatch):
-    ctx, reports = _context(tmp_path)
+def _staged_checkpoint_with_slow_commit(ctx, monkeypatch, delay_s: float = 0.3):
+    """A checkpoint directory handed out by ctx, whose commit takes delay_s longer than it would."""
     directory = ctx.make_checkpoint_dir()
     (directory / "w").write_text("x")
     commit = CheckpointStore.commit
-    monkeypatch.setattr(CheckpointStore, "commit", lambda *a, **k: time.sleep(0.3) or commit(*a, **k))
+    monkeypatch.setattr(CheckpointStore, "commit", lambda *a, **k: time.sleep(delay_s) or commit(*a, **k))
+    return directory
+
+
+def test_context_reports_a_checkpoint_once_it_is_durable(tmp_path, monkeypatch):
+    ctx, reports = _context(tmp_path)
+    directory = _staged_checkpoint_with_slow_commit(ctx, monkeypatch)
     started = time.monotonic()
     ctx.report({"epoch": 1}, checkpoint=directory)
     assert time.monotonic() - started >= 0.3, "by default report returns once the commit is done"
@@ -103,10 +109,7 @@ def test_context_reports_a_checkpoint_once_it_is_durable(tmp_path, monkeypatch):
 
 def test_context_commits_in_the_background_when_asked_and_keeps_report_order(tmp_path, monkeypatch):
     ctx, reports = _context(tmp_path, background=True)
-    directory = ctx.make_checkpoint_dir()
-    (directory / "w").write_text("x")
-    commit = CheckpointStore.commit
-    monkeypatch.setattr(CheckpointStore, "commit", lambda *a, **k: time.sleep(0.3) or commit(*a, **k))
+    directory = _staged_checkpoint_with_slow_commit(ctx, monkeypatch)
     started = time.monotonic()
     ctx.report({"epoch": 1}, checkpoint=directory)
     ctx.report({"loss": 0.4})
