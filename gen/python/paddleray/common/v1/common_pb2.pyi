@@ -38,6 +38,16 @@ class LogStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOG_STREAM_UNSPECIFIED: _ClassVar[LogStream]
     LOG_STREAM_STDOUT: _ClassVar[LogStream]
     LOG_STREAM_STDERR: _ClassVar[LogStream]
+
+class FailureKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FAILURE_KIND_UNSPECIFIED: _ClassVar[FailureKind]
+    FAILURE_KIND_USER_CODE: _ClassVar[FailureKind]
+    FAILURE_KIND_WORKER_LOST: _ClassVar[FailureKind]
+    FAILURE_KIND_TRAINER_ERROR: _ClassVar[FailureKind]
+    FAILURE_KIND_TIMEOUT: _ClassVar[FailureKind]
+    FAILURE_KIND_STOPPED: _ClassVar[FailureKind]
+    FAILURE_KIND_PLACEMENT_IMPOSSIBLE: _ClassVar[FailureKind]
 METRIC_MODE_UNSPECIFIED: MetricMode
 METRIC_MODE_MIN: MetricMode
 METRIC_MODE_MAX: MetricMode
@@ -53,6 +63,13 @@ DATASET_FORMAT_NPY: DatasetFormat
 LOG_STREAM_UNSPECIFIED: LogStream
 LOG_STREAM_STDOUT: LogStream
 LOG_STREAM_STDERR: LogStream
+FAILURE_KIND_UNSPECIFIED: FailureKind
+FAILURE_KIND_USER_CODE: FailureKind
+FAILURE_KIND_WORKER_LOST: FailureKind
+FAILURE_KIND_TRAINER_ERROR: FailureKind
+FAILURE_KIND_TIMEOUT: FailureKind
+FAILURE_KIND_STOPPED: FailureKind
+FAILURE_KIND_PLACEMENT_IMPOSSIBLE: FailureKind
 
 class Resources(_message.Message):
     __slots__ = ("num_cpus", "num_gpus", "memory_bytes", "custom")
@@ -74,16 +91,18 @@ class Resources(_message.Message):
     def __init__(self, num_cpus: _Optional[float] = ..., num_gpus: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., custom: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
-    __slots__ = ("max_retries", "initial_backoff", "max_backoff", "backoff_multiplier")
+    __slots__ = ("max_retries", "initial_backoff", "max_backoff", "backoff_multiplier", "non_retryable_kinds")
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     INITIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
     MAX_BACKOFF_FIELD_NUMBER: _ClassVar[int]
     BACKOFF_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    NON_RETRYABLE_KINDS_FIELD_NUMBER: _ClassVar[int]
     max_retries: int
     initial_backoff: _duration_pb2.Duration
     max_backoff: _duration_pb2.Duration
     backoff_multiplier: float
-    def __init__(self, max_retries: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff_multiplier: _Optional[float] = ...) -> None: ...
+    non_retryable_kinds: _containers.RepeatedScalarFieldContainer[FailureKind]
+    def __init__(self, max_retries: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff_multiplier: _Optional[float] = ..., non_retryable_kinds: _Optional[_Iterable[_Union[FailureKind, str]]] = ...) -> None: ...
 
 class CheckpointPolicy(_message.Message):
     __slots__ = ("keep_last", "best_metric", "best_mode", "keep_best", "commit_in_background")
@@ -193,3 +212,15 @@ class LogLine(_message.Message):
     text: str
     time: _timestamp_pb2.Timestamp
     def __init__(self, rank: _Optional[int] = ..., stream: _Optional[_Union[LogStream, str]] = ..., text: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Failure(_message.Message):
+    __slots__ = ("kind", "rank", "message", "traceback")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    kind: FailureKind
+    rank: int
+    message: str
+    traceback: str
+    def __init__(self, kind: _Optional[_Union[FailureKind, str]] = ..., rank: _Optional[int] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...

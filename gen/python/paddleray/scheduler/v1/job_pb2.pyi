@@ -36,7 +36,7 @@ JOB_STATE_TIMED_OUT: JobState
 JOB_STATE_EARLY_STOPPED: JobState
 
 class Job(_message.Message):
-    __slots__ = ("name", "display_name", "spec", "priority", "tenant", "labels", "retry_policy", "timeout", "experiment", "state", "state_reason", "attempts", "latest_checkpoint", "latest_metrics", "create_time", "start_time", "end_time", "update_time", "trial_parameters")
+    __slots__ = ("name", "display_name", "spec", "priority", "tenant", "labels", "retry_policy", "timeout", "experiment", "state", "state_reason", "attempts", "latest_checkpoint", "latest_metrics", "create_time", "start_time", "end_time", "update_time", "trial_parameters", "failure")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,7 @@ class Job(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TRIAL_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     name: str
     display_name: str
     spec: _common_pb2.TrainingSpec
@@ -89,10 +90,11 @@ class Job(_message.Message):
     end_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     trial_parameters: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.TrainingSpec, _Mapping]] = ..., priority: _Optional[int] = ..., tenant: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., experiment: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., state_reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., latest_metrics: _Optional[_Union[_common_pb2.MetricsReport, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trial_parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    failure: _common_pb2.Failure
+    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.TrainingSpec, _Mapping]] = ..., priority: _Optional[int] = ..., tenant: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., retry_policy: _Optional[_Union[_common_pb2.RetryPolicy, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., experiment: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., state_reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., latest_metrics: _Optional[_Union[_common_pb2.MetricsReport, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trial_parameters: _Optional[_Mapping[str, str]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("number", "run", "state", "failure_reason", "resumed_from", "start_time", "end_time")
+    __slots__ = ("number", "run", "state", "failure_reason", "resumed_from", "start_time", "end_time", "failure")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +102,7 @@ class Attempt(_message.Message):
     RESUMED_FROM_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     number: int
     run: str
     state: JobState
@@ -107,7 +110,8 @@ class Attempt(_message.Message):
     resumed_from: _common_pb2.Checkpoint
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
-    def __init__(self, number: _Optional[int] = ..., run: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., failure_reason: _Optional[str] = ..., resumed_from: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    failure: _common_pb2.Failure
+    def __init__(self, number: _Optional[int] = ..., run: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., failure_reason: _Optional[str] = ..., resumed_from: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ...) -> None: ...
 
 class JobStateChange(_message.Message):
     __slots__ = ("from_state", "to_state", "reason")
