@@ -22,11 +22,14 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
+from paddleray.common.v1 import common_pb2 as paddleray_dot_common_dot_v1_dot_common__pb2
+from paddleray.exporter.v1 import deployment_pb2 as paddleray_dot_exporter_dot_v1_dot_deployment__pb2
 from paddleray.exporter.v1 import model_pb2 as paddleray_dot_exporter_dot_v1_dot_model__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,paddleray/exporter/v1/exporter_service.proto\x12\x15paddleray.exporter.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a!paddleray/exporter/v1/model.proto\"\xcd\x03\n\x12\x45xportModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\r\n\x03job\x18\x02 \x01(\tH\x00\x12\x18\n\x0e\x63heckpoint_uri\x18\x03 \x01(\tH\x00\x12\x15\n\rmodel_builder\x18\x04 \x01(\t\x12-\n\x0cmodel_config\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x31\n\x06inputs\x18\x06 \x03(\x0b\x32!.paddleray.exporter.v1.TensorSpec\x12\x34\n\x07\x66ormats\x18\x07 \x03(\x0e\x32#.paddleray.exporter.v1.ExportFormat\x12<\n\nvalidation\x18\x08 \x01(\x0b\x32(.paddleray.exporter.v1.ValidationOptions\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\x45\n\x06labels\x18\n \x03(\x0b\x32\x35.paddleray.exporter.v1.ExportModelRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06source\"Q\n\x13\x45xportModelResponse\x12:\n\rmodel_version\x18\x01 \x01(\x0b\x32#.paddleray.exporter.v1.ModelVersion\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x10GetModelResponse\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x1c.paddleray.exporter.v1.Model\":\n\x11ListModelsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x12ListModelsResponse\x12,\n\x06models\x18\x01 \x03(\x0b\x32\x1c.paddleray.exporter.v1.Model\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x16GetModelVersionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"U\n\x17GetModelVersionResponse\x12:\n\rmodel_version\x18\x01 \x01(\x0b\x32#.paddleray.exporter.v1.ModelVersion\"Q\n\x18ListModelVersionsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"q\n\x19ListModelVersionsResponse\x12;\n\x0emodel_versions\x18\x01 \x03(\x0b\x32#.paddleray.exporter.v1.ModelVersion\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x19\x44\x65leteModelVersionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1c\n\x1a\x44\x65leteModelVersionResponse\"b\n\x12\x44\x65ployModelRequest\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\x12\x15\n\rdeployment_id\x18\x02 \x01(\t\"L\n\x13\x44\x65ployModelResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\"$\n\x14UndeployModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15UndeployModelResponse\"$\n\x14GetDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"N\n\x15GetDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\"?\n\x16ListDeploymentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"j\n\x17ListDeploymentsResponse\x12\x36\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32!.paddleray.exporter.v1.Deployment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xcc\x08\n\x0f\x45xporterService\x12\x64\n\x0b\x45xportModel\x12).paddleray.exporter.v1.ExportModelRequest\x1a*.paddleray.exporter.v1.ExportModelResponse\x12[\n\x08GetModel\x12&.paddleray.exporter.v1.GetModelRequest\x1a\'.paddleray.exporter.v1.GetModelResponse\x12\x61\n\nListModels\x12(.paddleray.exporter.v1.ListModelsRequest\x1a).paddleray.exporter.v1.ListModelsResponse\x12p\n\x0fGetModelVersion\x12-.paddleray.exporter.v1.GetModelVersionRequest\x1a..paddleray.exporter.v1.GetModelVersionResponse\x12v\n\x11ListModelVersions\x12/.paddleray.exporter.v1.ListModelVersionsRequest\x1a\x30.paddleray.exporter.v1.ListModelVersionsResponse\x12y\n\x12\x44\x65leteModelVersion\x12\x30.paddleray.exporter.v1.DeleteModelVersionRequest\x1a\x31.paddleray.exporter.v1.DeleteModelVersionResponse\x12\x64\n\x0b\x44\x65ployModel\x12).paddleray.exporter.v1.DeployModelRequest\x1a*.paddleray.exporter.v1.DeployModelResponse\x12j\n\rUndeployModel\x12+.paddleray.exporter.v1.UndeployModelRequest\x1a,.paddleray.exporter.v1.UndeployModelResponse\x12j\n\rGetDeployment\x12+.paddleray.exporter.v1.GetDeploymentRequest\x1a,.paddleray.exporter.v1.GetDeploymentResponse\x12p\n\x0fListDeployments\x12-.paddleray.exporter.v1.ListDeploymentsRequest\x1a..paddleray.exporter.v1.ListDeploymentsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,paddleray/exporter/v1/exporter_service.proto\x12\x15paddleray.exporter.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a paddleray/common/v1/common.proto\x1a&paddleray/exporter/v1/deployment.proto\x1a!paddleray/exporter/v1/model.proto\"\x9a\x04\n\x12\x45xportModelRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x03job\x18\x02 \x01(\tH\x00\x12\x18\n\x0e\x63heckpoint_uri\x18\x03 \x01(\tH\x00\x12\x15\n\rmodel_builder\x18\x04 \x01(\t\x12-\n\x0cmodel_config\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x31\n\x06inputs\x18\x06 \x03(\x0b\x32!.paddleray.exporter.v1.TensorSpec\x12\x34\n\x07\x66ormats\x18\x07 \x03(\x0e\x32#.paddleray.exporter.v1.ExportFormat\x12<\n\nvalidation\x18\x08 \x01(\x0b\x32(.paddleray.exporter.v1.ValidationOptions\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\x45\n\x06labels\x18\n \x03(\x0b\x32\x35.paddleray.exporter.v1.ExportModelRequest.LabelsEntry\x12\x14\n\x0c\x64isplay_name\x18\x0b \x01(\t\x12\x34\n\x0bruntime_env\x18\x0c \x01(\x0b\x32\x1f.paddleray.common.v1.RuntimeEnv\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06source\"Q\n\x13\x45xportModelResponse\x12:\n\rmodel_version\x18\x01 \x01(\x0b\x32#.paddleray.exporter.v1.ModelVersion\"(\n\x18WatchModelVersionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"W\n\x19WatchModelVersionResponse\x12:\n\rmodel_version\x18\x01 \x01(\x0b\x32#.paddleray.exporter.v1.ModelVersion\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x10GetModelResponse\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x1c.paddleray.exporter.v1.Model\":\n\x11ListModelsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x12ListModelsResponse\x12,\n\x06models\x18\x01 \x03(\x0b\x32\x1c.paddleray.exporter.v1.Model\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"r\n\x12UpdateModelRequest\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x1c.paddleray.exporter.v1.Model\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"B\n\x13UpdateModelResponse\x12+\n\x05model\x18\x01 \x01(\x0b\x32\x1c.paddleray.exporter.v1.Model\"\"\n\x12\x44\x65leteModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteModelResponse\"&\n\x16GetModelVersionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"U\n\x17GetModelVersionResponse\x12:\n\rmodel_version\x18\x01 \x01(\x0b\x32#.paddleray.exporter.v1.ModelVersion\"Q\n\x18ListModelVersionsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"q\n\x19ListModelVersionsResponse\x12;\n\x0emodel_versions\x18\x01 \x03(\x0b\x32#.paddleray.exporter.v1.ModelVersion\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x19\x44\x65leteModelVersionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1c\n\x1a\x44\x65leteModelVersionResponse\"{\n\x17\x43reateDeploymentRequest\x12\x15\n\rdeployment_id\x18\x01 \x01(\t\x12\x35\n\ndeployment\x18\x02 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"Q\n\x18\x43reateDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\"$\n\x14GetDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"N\n\x15GetDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\"e\n\x16ListDeploymentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\t\"j\n\x17ListDeploymentsResponse\x12\x36\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32!.paddleray.exporter.v1.Deployment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x81\x01\n\x17UpdateDeploymentRequest\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"Q\n\x18UpdateDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment\"\'\n\x17\x44\x65leteDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"Q\n\x18\x44\x65leteDeploymentResponse\x12\x35\n\ndeployment\x18\x01 \x01(\x0b\x32!.paddleray.exporter.v1.Deployment2\x9f\x0c\n\x0f\x45xporterService\x12\x64\n\x0b\x45xportModel\x12).paddleray.exporter.v1.ExportModelRequest\x1a*.paddleray.exporter.v1.ExportModelResponse\x12x\n\x11WatchModelVersion\x12/.paddleray.exporter.v1.WatchModelVersionRequest\x1a\x30.paddleray.exporter.v1.WatchModelVersionResponse0\x01\x12[\n\x08GetModel\x12&.paddleray.exporter.v1.GetModelRequest\x1a\'.paddleray.exporter.v1.GetModelResponse\x12\x61\n\nListModels\x12(.paddleray.exporter.v1.ListModelsRequest\x1a).paddleray.exporter.v1.ListModelsResponse\x12\x64\n\x0bUpdateModel\x12).paddleray.exporter.v1.UpdateModelRequest\x1a*.paddleray.exporter.v1.UpdateModelResponse\x12\x64\n\x0b\x44\x65leteModel\x12).paddleray.exporter.v1.DeleteModelRequest\x1a*.paddleray.exporter.v1.DeleteModelResponse\x12p\n\x0fGetModelVersion\x12-.paddleray.exporter.v1.GetModelVersionRequest\x1a..paddleray.exporter.v1.GetModelVersionResponse\x12v\n\x11ListModelVersions\x12/.paddleray.exporter.v1.ListModelVersionsRequest\x1a\x30.paddleray.exporter.v1.ListModelVersionsResponse\x12y\n\x12\x44\x65leteModelVersion\x12\x30.paddleray.exporter.v1.DeleteModelVersionRequest\x1a\x31.paddleray.exporter.v1.DeleteModelVersionResponse\x12s\n\x10\x43reateDeployment\x12..paddleray.exporter.v1.CreateDeploymentRequest\x1a/.paddleray.exporter.v1.CreateDeploymentResponse\x12j\n\rGetDeployment\x12+.paddleray.exporter.v1.GetDeploymentRequest\x1a,.paddleray.exporter.v1.GetDeploymentResponse\x12p\n\x0fListDeployments\x12-.paddleray.exporter.v1.ListDeploymentsRequest\x1a..paddleray.exporter.v1.ListDeploymentsResponse\x12s\n\x10UpdateDeployment\x12..paddleray.exporter.v1.UpdateDeploymentRequest\x1a/.paddleray.exporter.v1.UpdateDeploymentResponse\x12s\n\x10\x44\x65leteDeployment\x12..paddleray.exporter.v1.DeleteDeploymentRequest\x1a/.paddleray.exporter.v1.DeleteDeploymentResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,48 +38,64 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EXPORTMODELREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_EXPORTMODELREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_EXPORTMODELREQUEST']._serialized_start=137
-  _globals['_EXPORTMODELREQUEST']._serialized_end=598
-  _globals['_EXPORTMODELREQUEST_LABELSENTRY']._serialized_start=543
-  _globals['_EXPORTMODELREQUEST_LABELSENTRY']._serialized_end=588
-  _globals['_EXPORTMODELRESPONSE']._serialized_start=600
-  _globals['_EXPORTMODELRESPONSE']._serialized_end=681
-  _globals['_GETMODELREQUEST']._serialized_start=683
-  _globals['_GETMODELREQUEST']._serialized_end=714
-  _globals['_GETMODELRESPONSE']._serialized_start=716
-  _globals['_GETMODELRESPONSE']._serialized_end=779
-  _globals['_LISTMODELSREQUEST']._serialized_start=781
-  _globals['_LISTMODELSREQUEST']._serialized_end=839
-  _globals['_LISTMODELSRESPONSE']._serialized_start=841
-  _globals['_LISTMODELSRESPONSE']._serialized_end=932
-  _globals['_GETMODELVERSIONREQUEST']._serialized_start=934
-  _globals['_GETMODELVERSIONREQUEST']._serialized_end=972
-  _globals['_GETMODELVERSIONRESPONSE']._serialized_start=974
-  _globals['_GETMODELVERSIONRESPONSE']._serialized_end=1059
-  _globals['_LISTMODELVERSIONSREQUEST']._serialized_start=1061
-  _globals['_LISTMODELVERSIONSREQUEST']._serialized_end=1142
-  _globals['_LISTMODELVERSIONSRESPONSE']._serialized_start=1144
-  _globals['_LISTMODELVERSIONSRESPONSE']._serialized_end=1257
-  _globals['_DELETEMODELVERSIONREQUEST']._serialized_start=1259
-  _globals['_DELETEMODELVERSIONREQUEST']._serialized_end=1300
-  _globals['_DELETEMODELVERSIONRESPONSE']._serialized_start=1302
-  _globals['_DELETEMODELVERSIONRESPONSE']._serialized_end=1330
-  _globals['_DEPLOYMODELREQUEST']._serialized_start=1332
-  _globals['_DEPLOYMODELREQUEST']._serialized_end=1430
-  _globals['_DEPLOYMODELRESPONSE']._serialized_start=1432
-  _globals['_DEPLOYMODELRESPONSE']._serialized_end=1508
-  _globals['_UNDEPLOYMODELREQUEST']._serialized_start=1510
-  _globals['_UNDEPLOYMODELREQUEST']._serialized_end=1546
-  _globals['_UNDEPLOYMODELRESPONSE']._serialized_start=1548
-  _globals['_UNDEPLOYMODELRESPONSE']._serialized_end=1571
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=1573
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=1609
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=1611
-  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=1689
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=1691
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=1754
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=1756
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=1862
-  _globals['_EXPORTERSERVICE']._serialized_start=1865
-  _globals['_EXPORTERSERVICE']._serialized_end=2965
+  _globals['_EXPORTMODELREQUEST']._serialized_start=245
+  _globals['_EXPORTMODELREQUEST']._serialized_end=783
+  _globals['_EXPORTMODELREQUEST_LABELSENTRY']._serialized_start=728
+  _globals['_EXPORTMODELREQUEST_LABELSENTRY']._serialized_end=773
+  _globals['_EXPORTMODELRESPONSE']._serialized_start=785
+  _globals['_EXPORTMODELRESPONSE']._serialized_end=866
+  _globals['_WATCHMODELVERSIONREQUEST']._serialized_start=868
+  _globals['_WATCHMODELVERSIONREQUEST']._serialized_end=908
+  _globals['_WATCHMODELVERSIONRESPONSE']._serialized_start=910
+  _globals['_WATCHMODELVERSIONRESPONSE']._serialized_end=997
+  _globals['_GETMODELREQUEST']._serialized_start=999
+  _globals['_GETMODELREQUEST']._serialized_end=1030
+  _globals['_GETMODELRESPONSE']._serialized_start=1032
+  _globals['_GETMODELRESPONSE']._serialized_end=1095
+  _globals['_LISTMODELSREQUEST']._serialized_start=1097
+  _globals['_LISTMODELSREQUEST']._serialized_end=1155
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1157
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1248
+  _globals['_UPDATEMODELREQUEST']._serialized_start=1250
+  _globals['_UPDATEMODELREQUEST']._serialized_end=1364
+  _globals['_UPDATEMODELRESPONSE']._serialized_start=1366
+  _globals['_UPDATEMODELRESPONSE']._serialized_end=1432
+  _globals['_DELETEMODELREQUEST']._serialized_start=1434
+  _globals['_DELETEMODELREQUEST']._serialized_end=1468
+  _globals['_DELETEMODELRESPONSE']._serialized_start=1470
+  _globals['_DELETEMODELRESPONSE']._serialized_end=1491
+  _globals['_GETMODELVERSIONREQUEST']._serialized_start=1493
+  _globals['_GETMODELVERSIONREQUEST']._serialized_end=1531
+  _globals['_GETMODELVERSIONRESPONSE']._serialized_start=1533
+  _globals['_GETMODELVERSIONRESPONSE']._serialized_end=1618
+  _globals['_LISTMODELVERSIONSREQUEST']._serialized_start=1620
+  _globals['_LISTMODELVERSIONSREQUEST']._serialized_end=1701
+  _globals['_LISTMODELVERSIONSRESPONSE']._serialized_start=1703
+  _globals['_LISTMODELVERSIONSRESPONSE']._serialized_end=1816
+  _globals['_DELETEMODELVERSIONREQUEST']._serialized_start=1818
+  _globals['_DELETEMODELVERSIONREQUEST']._serialized_end=1859
+  _globals['_DELETEMODELVERSIONRESPONSE']._serialized_start=1861
+  _globals['_DELETEMODELVERSIONRESPONSE']._serialized_end=1889
+  _globals['_CREATEDEPLOYMENTREQUEST']._serialized_start=1891
+  _globals['_CREATEDEPLOYMENTREQUEST']._serialized_end=2014
+  _globals['_CREATEDEPLOYMENTRESPONSE']._serialized_start=2016
+  _globals['_CREATEDEPLOYMENTRESPONSE']._serialized_end=2097
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=2099
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=2135
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_start=2137
+  _globals['_GETDEPLOYMENTRESPONSE']._serialized_end=2215
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=2217
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=2318
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=2320
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=2426
+  _globals['_UPDATEDEPLOYMENTREQUEST']._serialized_start=2429
+  _globals['_UPDATEDEPLOYMENTREQUEST']._serialized_end=2558
+  _globals['_UPDATEDEPLOYMENTRESPONSE']._serialized_start=2560
+  _globals['_UPDATEDEPLOYMENTRESPONSE']._serialized_end=2641
+  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_start=2643
+  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_end=2682
+  _globals['_DELETEDEPLOYMENTRESPONSE']._serialized_start=2684
+  _globals['_DELETEDEPLOYMENTRESPONSE']._serialized_end=2765
+  _globals['_EXPORTERSERVICE']._serialized_start=2768
+  _globals['_EXPORTERSERVICE']._serialized_end=4335
 # @@protoc_insertion_point(module_scope)

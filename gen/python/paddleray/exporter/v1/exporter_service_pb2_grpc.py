@@ -27,6 +27,10 @@ if _version_not_supported:
 
 class ExporterServiceStub:
     """Exports trained checkpoints to static Paddle models, keeps their versions, and serves them.
+
+    Long-running work (exports, deployments) returns the resource at once in a transitional
+    state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
+    while Redis or the Ray cluster cannot be reached.
     """
 
     def __init__(self, channel):
@@ -40,6 +44,11 @@ class ExporterServiceStub:
                 request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ExportModelRequest.SerializeToString,
                 response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ExportModelResponse.FromString,
                 _registered_method=True)
+        self.WatchModelVersion = channel.unary_stream(
+                '/paddleray.exporter.v1.ExporterService/WatchModelVersion',
+                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.WatchModelVersionRequest.SerializeToString,
+                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.WatchModelVersionResponse.FromString,
+                _registered_method=True)
         self.GetModel = channel.unary_unary(
                 '/paddleray.exporter.v1.ExporterService/GetModel',
                 request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.GetModelRequest.SerializeToString,
@@ -49,6 +58,16 @@ class ExporterServiceStub:
                 '/paddleray.exporter.v1.ExporterService/ListModels',
                 request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListModelsResponse.FromString,
+                _registered_method=True)
+        self.UpdateModel = channel.unary_unary(
+                '/paddleray.exporter.v1.ExporterService/UpdateModel',
+                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateModelRequest.SerializeToString,
+                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateModelResponse.FromString,
+                _registered_method=True)
+        self.DeleteModel = channel.unary_unary(
+                '/paddleray.exporter.v1.ExporterService/DeleteModel',
+                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelRequest.SerializeToString,
+                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelResponse.FromString,
                 _registered_method=True)
         self.GetModelVersion = channel.unary_unary(
                 '/paddleray.exporter.v1.ExporterService/GetModelVersion',
@@ -65,15 +84,10 @@ class ExporterServiceStub:
                 request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelVersionRequest.SerializeToString,
                 response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelVersionResponse.FromString,
                 _registered_method=True)
-        self.DeployModel = channel.unary_unary(
-                '/paddleray.exporter.v1.ExporterService/DeployModel',
-                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeployModelRequest.SerializeToString,
-                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeployModelResponse.FromString,
-                _registered_method=True)
-        self.UndeployModel = channel.unary_unary(
-                '/paddleray.exporter.v1.ExporterService/UndeployModel',
-                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UndeployModelRequest.SerializeToString,
-                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UndeployModelResponse.FromString,
+        self.CreateDeployment = channel.unary_unary(
+                '/paddleray.exporter.v1.ExporterService/CreateDeployment',
+                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.CreateDeploymentRequest.SerializeToString,
+                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.CreateDeploymentResponse.FromString,
                 _registered_method=True)
         self.GetDeployment = channel.unary_unary(
                 '/paddleray.exporter.v1.ExporterService/GetDeployment',
@@ -85,18 +99,45 @@ class ExporterServiceStub:
                 request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListDeploymentsRequest.SerializeToString,
                 response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListDeploymentsResponse.FromString,
                 _registered_method=True)
+        self.UpdateDeployment = channel.unary_unary(
+                '/paddleray.exporter.v1.ExporterService/UpdateDeployment',
+                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateDeploymentRequest.SerializeToString,
+                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateDeploymentResponse.FromString,
+                _registered_method=True)
+        self.DeleteDeployment = channel.unary_unary(
+                '/paddleray.exporter.v1.ExporterService/DeleteDeployment',
+                request_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteDeploymentRequest.SerializeToString,
+                response_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteDeploymentResponse.FromString,
+                _registered_method=True)
 
 
 class ExporterServiceServicer:
     """Exports trained checkpoints to static Paddle models, keeps their versions, and serves them.
+
+    Long-running work (exports, deployments) returns the resource at once in a transitional
+    state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
+    while Redis or the Ray cluster cannot be reached.
     """
 
     def ExportModel(self, request, context):
-        """Loads a checkpoint into its model, converts it with paddle.jit.to_static +
-        paddle.jit.save, checks the static model against the dynamic one, and records a new
-        version. Errors: INVALID_ARGUMENT names the field and the rule (no source, bad input
-        specs, unknown format); NOT_FOUND for an unknown job or checkpoint; FAILED_PRECONDITION
-        when the job has no checkpoint; a repeated request_id returns the version first created.
+        """Starts exporting a checkpoint as a new version of `parent` (created when new) and returns
+        the version at once in EXPORTING. A task on the Ray cluster, in the source job's runtime
+        env, builds the model, loads the weights, converts it with paddle.jit.to_static +
+        paddle.jit.save (and paddle2onnx when asked), and checks every written format against the
+        dynamic model on sample inputs; the version then moves to VALIDATING and ends READY,
+        VALIDATION_FAILED or FAILED. Poll GetModelVersion or follow WatchModelVersion for the
+        outcome. Errors: INVALID_ARGUMENT names the field and the rule (parent, no source, bad
+        input specs, unknown format, bad tolerances); PERMISSION_DENIED for a model_builder
+        outside the allowlist; NOT_FOUND for an unknown job or checkpoint; FAILED_PRECONDITION
+        when the job has no checkpoint. A repeated request_id returns the version first created.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchModelVersion(self, request, context):
+        """Streams a version: its current state at once, then every change, and ends after a
+        terminal state (READY, VALIDATION_FAILED, FAILED). Errors: NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -110,7 +151,23 @@ class ExporterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListModels(self, request, context):
-        """Lists models. Errors: INVALID_ARGUMENT for a bad page_size or token.
+        """Lists models, newest first. Errors: INVALID_ARGUMENT for a bad page_size or token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateModel(self, request, context):
+        """Changes a model's display_name and labels (the paths of update_mask; an empty mask
+        means both). Errors: NOT_FOUND; INVALID_ARGUMENT for another path or a bad value.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteModel(self, request, context):
+        """Deletes a model, its versions and their artifacts. Errors: NOT_FOUND;
+        FAILED_PRECONDITION while a deployment serves one of its versions or one is exporting.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,39 +188,55 @@ class ExporterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteModelVersion(self, request, context):
-        """Deletes a version that no deployment serves.
-        Errors: NOT_FOUND; FAILED_PRECONDITION while deployed.
+        """Deletes a version and its artifacts. Errors: NOT_FOUND; FAILED_PRECONDITION while a
+        deployment serves it or while it is exporting.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def DeployModel(self, request, context):
-        """Serves a model version on Ray Serve behind the v2 inference endpoint; deploying to an
-        existing deployment id updates it in place. Errors: INVALID_ARGUMENT (resources,
-        batching, replicas); NOT_FOUND for the version; FAILED_PRECONDITION when the version
-        failed validation; RESOURCE_EXHAUSTED when the cluster cannot place a replica.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def UndeployModel(self, request, context):
-        """Stops serving a deployment. Errors: NOT_FOUND.
+    def CreateDeployment(self, request, context):
+        """Records a deployment and returns it at once in DEPLOYING; the reconciler starts its
+        replicas on Ray Serve, then it turns HEALTHY, or UNHEALTHY with a reason (a replica that
+        cannot be placed shows here, not as RESOURCE_EXHAUSTED). Errors: INVALID_ARGUMENT
+        (deployment_id, traffic, resources, batching, replicas); NOT_FOUND for a version;
+        FAILED_PRECONDITION for a version not READY (VALIDATION_FAILED cannot be served) or a
+        backend it was not exported or validated for; ALREADY_EXISTS for a taken deployment id
+        or serving_name. A repeated request_id returns the deployment first created.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetDeployment(self, request, context):
-        """Returns one deployment with its state. Errors: NOT_FOUND.
+        """Returns one deployment with its live state and replica counts. Errors: NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListDeployments(self, request, context):
-        """Lists deployments. Errors: INVALID_ARGUMENT for a bad page_size or token.
+        """Lists deployments, newest first, optionally only those serving a model or a version.
+        Errors: INVALID_ARGUMENT for a bad filter, page_size or token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateDeployment(self, request, context):
+        """Changes what a deployment serves (the update_mask paths: traffic, backend, predictor,
+        num_replicas, autoscaling, resources_per_replica, batching; an empty mask means all of
+        them) and returns it at once in UPDATING; the change rolls out without failing requests.
+        Errors: as CreateDeployment; NOT_FOUND; INVALID_ARGUMENT for serving_name or an
+        unknown path.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteDeployment(self, request, context):
+        """Stops serving a deployment: returns it at once in DELETING; it is gone once its replicas
+        stopped. Errors: NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -177,6 +250,11 @@ def add_ExporterServiceServicer_to_server(servicer, server):
                     request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ExportModelRequest.FromString,
                     response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ExportModelResponse.SerializeToString,
             ),
+            'WatchModelVersion': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchModelVersion,
+                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.WatchModelVersionRequest.FromString,
+                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.WatchModelVersionResponse.SerializeToString,
+            ),
             'GetModel': grpc.unary_unary_rpc_method_handler(
                     servicer.GetModel,
                     request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.GetModelRequest.FromString,
@@ -186,6 +264,16 @@ def add_ExporterServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListModelsRequest.FromString,
                     response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'UpdateModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateModel,
+                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateModelRequest.FromString,
+                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateModelResponse.SerializeToString,
+            ),
+            'DeleteModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteModel,
+                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelRequest.FromString,
+                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelResponse.SerializeToString,
             ),
             'GetModelVersion': grpc.unary_unary_rpc_method_handler(
                     servicer.GetModelVersion,
@@ -202,15 +290,10 @@ def add_ExporterServiceServicer_to_server(servicer, server):
                     request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelVersionRequest.FromString,
                     response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelVersionResponse.SerializeToString,
             ),
-            'DeployModel': grpc.unary_unary_rpc_method_handler(
-                    servicer.DeployModel,
-                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeployModelRequest.FromString,
-                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeployModelResponse.SerializeToString,
-            ),
-            'UndeployModel': grpc.unary_unary_rpc_method_handler(
-                    servicer.UndeployModel,
-                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UndeployModelRequest.FromString,
-                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UndeployModelResponse.SerializeToString,
+            'CreateDeployment': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateDeployment,
+                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.CreateDeploymentRequest.FromString,
+                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.CreateDeploymentResponse.SerializeToString,
             ),
             'GetDeployment': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDeployment,
@@ -222,6 +305,16 @@ def add_ExporterServiceServicer_to_server(servicer, server):
                     request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListDeploymentsRequest.FromString,
                     response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListDeploymentsResponse.SerializeToString,
             ),
+            'UpdateDeployment': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateDeployment,
+                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateDeploymentRequest.FromString,
+                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateDeploymentResponse.SerializeToString,
+            ),
+            'DeleteDeployment': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteDeployment,
+                    request_deserializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteDeploymentRequest.FromString,
+                    response_serializer=paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteDeploymentResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'paddleray.exporter.v1.ExporterService', rpc_method_handlers)
@@ -232,6 +325,10 @@ def add_ExporterServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ExporterService:
     """Exports trained checkpoints to static Paddle models, keeps their versions, and serves them.
+
+    Long-running work (exports, deployments) returns the resource at once in a transitional
+    state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
+    while Redis or the Ray cluster cannot be reached.
     """
 
     @staticmethod
@@ -251,6 +348,33 @@ class ExporterService:
             '/paddleray.exporter.v1.ExporterService/ExportModel',
             paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ExportModelRequest.SerializeToString,
             paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ExportModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchModelVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/paddleray.exporter.v1.ExporterService/WatchModelVersion',
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.WatchModelVersionRequest.SerializeToString,
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.WatchModelVersionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -305,6 +429,60 @@ class ExporterService:
             '/paddleray.exporter.v1.ExporterService/ListModels',
             paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListModelsRequest.SerializeToString,
             paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/paddleray.exporter.v1.ExporterService/UpdateModel',
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateModelRequest.SerializeToString,
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/paddleray.exporter.v1.ExporterService/DeleteModel',
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelRequest.SerializeToString,
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteModelResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -397,7 +575,7 @@ class ExporterService:
             _registered_method=True)
 
     @staticmethod
-    def DeployModel(request,
+    def CreateDeployment(request,
             target,
             options=(),
             channel_credentials=None,
@@ -410,36 +588,9 @@ class ExporterService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/paddleray.exporter.v1.ExporterService/DeployModel',
-            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeployModelRequest.SerializeToString,
-            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeployModelResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def UndeployModel(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/paddleray.exporter.v1.ExporterService/UndeployModel',
-            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UndeployModelRequest.SerializeToString,
-            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UndeployModelResponse.FromString,
+            '/paddleray.exporter.v1.ExporterService/CreateDeployment',
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.CreateDeploymentRequest.SerializeToString,
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.CreateDeploymentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -494,6 +645,60 @@ class ExporterService:
             '/paddleray.exporter.v1.ExporterService/ListDeployments',
             paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListDeploymentsRequest.SerializeToString,
             paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.ListDeploymentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateDeployment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/paddleray.exporter.v1.ExporterService/UpdateDeployment',
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateDeploymentRequest.SerializeToString,
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.UpdateDeploymentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteDeployment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/paddleray.exporter.v1.ExporterService/DeleteDeployment',
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteDeploymentRequest.SerializeToString,
+            paddleray_dot_exporter_dot_v1_dot_exporter__service__pb2.DeleteDeploymentResponse.FromString,
             options,
             channel_credentials,
             insecure,

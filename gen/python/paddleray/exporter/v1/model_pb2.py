@@ -28,7 +28,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from paddleray.common.v1 import common_pb2 as paddleray_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!paddleray/exporter/v1/model.proto\x12\x15paddleray.exporter.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a paddleray/common/v1/common.proto\"\\\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x31\n\x08\x64\x61tatype\x18\x03 \x01(\x0e\x32\x1f.paddleray.exporter.v1.DataType\"`\n\x08\x41rtifact\x12\x33\n\x06\x66ormat\x18\x01 \x01(\x0e\x32#.paddleray.exporter.v1.ExportFormat\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"X\n\x11ValidationOptions\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x05\x12\x0c\n\x04\x61tol\x18\x02 \x01(\x01\x12\x0c\n\x04rtol\x18\x03 \x01(\x01\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\"v\n\x10ValidationResult\x12\x0e\n\x06passed\x18\x01 \x01(\x08\x12\x15\n\rmax_abs_error\x18\x02 \x01(\x01\x12\x15\n\rmax_rel_error\x18\x03 \x01(\x01\x12\x13\n\x0bnum_samples\x18\x04 \x01(\x05\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xdd\x01\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x16\n\x0elatest_version\x18\x03 \x01(\x03\x12\x38\n\x06labels\x18\x04 \x03(\x0b\x32(.paddleray.exporter.v1.Model.LabelsEntry\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xf4\x03\n\x0cModelVersion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsource_job\x18\x02 \x01(\t\x12:\n\x11source_checkpoint\x18\x03 \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12\x15\n\rmodel_builder\x18\x04 \x01(\t\x12-\n\x0cmodel_config\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x31\n\x06inputs\x18\x06 \x03(\x0b\x32!.paddleray.exporter.v1.TensorSpec\x12\x32\n\x07outputs\x18\x07 \x03(\x0b\x32!.paddleray.exporter.v1.TensorSpec\x12\x32\n\tartifacts\x18\x08 \x03(\x0b\x32\x1f.paddleray.exporter.v1.Artifact\x12;\n\nvalidation\x18\t \x01(\x0b\x32\'.paddleray.exporter.v1.ValidationResult\x12\x37\n\x05state\x18\n \x01(\x0e\x32(.paddleray.exporter.v1.ModelVersionState\x12/\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"_\n\x0e\x42\x61tchingConfig\x12\x16\n\x0emax_batch_size\x18\x01 \x01(\x05\x12\x35\n\x12\x62\x61tch_wait_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"`\n\x11\x41utoscalingConfig\x12\x14\n\x0cmin_replicas\x18\x01 \x01(\x05\x12\x14\n\x0cmax_replicas\x18\x02 \x01(\x05\x12\x1f\n\x17target_ongoing_requests\x18\x03 \x01(\x01\"l\n\x0fPredictorConfig\x12\x15\n\renable_mkldnn\x18\x01 \x01(\x08\x12\x18\n\x10\x63pu_math_threads\x18\x02 \x01(\x05\x12\x0f\n\x07use_gpu\x18\x03 \x01(\x08\x12\x17\n\x0f\x65nable_tensorrt\x18\x04 \x01(\x08\"\xdf\x03\n\nDeployment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x14\n\x0cserving_name\x18\x03 \x01(\t\x12\x14\n\x0cnum_replicas\x18\x04 \x01(\x05\x12=\n\x0b\x61utoscaling\x18\x05 \x01(\x0b\x32(.paddleray.exporter.v1.AutoscalingConfig\x12=\n\x15resources_per_replica\x18\x06 \x01(\x0b\x32\x1e.paddleray.common.v1.Resources\x12\x37\n\x08\x62\x61tching\x18\x07 \x01(\x0b\x32%.paddleray.exporter.v1.BatchingConfig\x12\x39\n\tpredictor\x18\x08 \x01(\x0b\x32&.paddleray.exporter.v1.PredictorConfig\x12\x35\n\x05state\x18\t \x01(\x0e\x32&.paddleray.exporter.v1.DeploymentState\x12\x14\n\x0cstate_reason\x18\n \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x0b \x01(\t\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xf1\x01\n\x08\x44\x61taType\x12\x19\n\x15\x44\x41TA_TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x44\x41TA_TYPE_BOOL\x10\x01\x12\x12\n\x0e\x44\x41TA_TYPE_INT8\x10\x02\x12\x13\n\x0f\x44\x41TA_TYPE_INT16\x10\x03\x12\x13\n\x0f\x44\x41TA_TYPE_INT32\x10\x04\x12\x13\n\x0f\x44\x41TA_TYPE_INT64\x10\x05\x12\x13\n\x0f\x44\x41TA_TYPE_UINT8\x10\x06\x12\x12\n\x0e\x44\x41TA_TYPE_FP16\x10\x07\x12\x12\n\x0e\x44\x41TA_TYPE_BF16\x10\x08\x12\x12\n\x0e\x44\x41TA_TYPE_FP32\x10\t\x12\x12\n\x0e\x44\x41TA_TYPE_FP64\x10\n*i\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\"\n\x1e\x45XPORT_FORMAT_PADDLE_INFERENCE\x10\x01\x12\x16\n\x12\x45XPORT_FORMAT_ONNX\x10\x02*\x82\x01\n\x11ModelVersionState\x12#\n\x1fMODEL_VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19MODEL_VERSION_STATE_READY\x10\x01\x12)\n%MODEL_VERSION_STATE_VALIDATION_FAILED\x10\x02*\xb0\x01\n\x0f\x44\x65ploymentState\x12 \n\x1c\x44\x45PLOYMENT_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45PLOYMENT_STATE_DEPLOYING\x10\x01\x12\x1c\n\x18\x44\x45PLOYMENT_STATE_HEALTHY\x10\x02\x12\x1e\n\x1a\x44\x45PLOYMENT_STATE_UNHEALTHY\x10\x03\x12\x1d\n\x19\x44\x45PLOYMENT_STATE_DELETING\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!paddleray/exporter/v1/model.proto\x12\x15paddleray.exporter.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a paddleray/common/v1/common.proto\"\\\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x31\n\x08\x64\x61tatype\x18\x03 \x01(\x0e\x32\x1f.paddleray.exporter.v1.DataType\"@\n\x0bTensorValue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x14\n\x0craw_contents\x18\x03 \x01(\x0c\"`\n\x08\x41rtifact\x12\x33\n\x06\x66ormat\x18\x01 \x01(\x0e\x32#.paddleray.exporter.v1.ExportFormat\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"l\n\x0fPredictorConfig\x12\x15\n\renable_mkldnn\x18\x01 \x01(\x08\x12\x18\n\x10\x63pu_math_threads\x18\x02 \x01(\x05\x12\x0f\n\x07use_gpu\x18\x03 \x01(\x08\x12\x17\n\x0f\x65nable_tensorrt\x18\x04 \x01(\x08\"\xce\x01\n\x11ValidationOptions\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x05\x12\x0c\n\x04\x61tol\x18\x02 \x01(\x01\x12\x0c\n\x04rtol\x18\x03 \x01(\x01\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x39\n\rsample_inputs\x18\x05 \x03(\x0b\x32\".paddleray.exporter.v1.TensorValue\x12\x39\n\tpredictor\x18\x06 \x01(\x0b\x32&.paddleray.exporter.v1.PredictorConfig\"\xc6\x01\n\x11\x42\x61\x63kendValidation\x12/\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x1e.paddleray.exporter.v1.Backend\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x15\n\rmax_abs_error\x18\x03 \x01(\x01\x12\x15\n\rmax_rel_error\x18\x04 \x01(\x01\x12\x31\n\x0emedian_latency\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07message\x18\x06 \x01(\t\"\x8f\x01\n\x10ValidationResult\x12\x0e\n\x06passed\x18\x01 \x01(\x08\x12\x13\n\x0bnum_samples\x18\x02 \x01(\x05\x12\x0c\n\x04\x61tol\x18\x03 \x01(\x01\x12\x0c\n\x04rtol\x18\x04 \x01(\x01\x12:\n\x08\x62\x61\x63kends\x18\x05 \x03(\x0b\x32(.paddleray.exporter.v1.BackendValidation\"\x8e\x02\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x16\n\x0elatest_version\x18\x03 \x01(\x03\x12\x38\n\x06labels\x18\x04 \x03(\x0b\x32(.paddleray.exporter.v1.Model.LabelsEntry\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x05\n\x0cModelVersion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsource_job\x18\x02 \x01(\t\x12:\n\x11source_checkpoint\x18\x03 \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12U\n\x12source_job_metrics\x18\x04 \x03(\x0b\x32\x39.paddleray.exporter.v1.ModelVersion.SourceJobMetricsEntry\x12\x15\n\rmodel_builder\x18\x05 \x01(\t\x12-\n\x0cmodel_config\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x31\n\x06inputs\x18\x07 \x03(\x0b\x32!.paddleray.exporter.v1.TensorSpec\x12\x32\n\x07outputs\x18\x08 \x03(\x0b\x32!.paddleray.exporter.v1.TensorSpec\x12\x32\n\tartifacts\x18\t \x03(\x0b\x32\x1f.paddleray.exporter.v1.Artifact\x12;\n\nvalidation\x18\n \x01(\x0b\x32\'.paddleray.exporter.v1.ValidationResult\x12\x37\n\x05state\x18\x0b \x01(\x0e\x32(.paddleray.exporter.v1.ModelVersionState\x12\x14\n\x0cstate_reason\x18\x0c \x01(\t\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a\x37\n\x15SourceJobMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\xf1\x01\n\x08\x44\x61taType\x12\x19\n\x15\x44\x41TA_TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x44\x41TA_TYPE_BOOL\x10\x01\x12\x12\n\x0e\x44\x41TA_TYPE_INT8\x10\x02\x12\x13\n\x0f\x44\x41TA_TYPE_INT16\x10\x03\x12\x13\n\x0f\x44\x41TA_TYPE_INT32\x10\x04\x12\x13\n\x0f\x44\x41TA_TYPE_INT64\x10\x05\x12\x13\n\x0f\x44\x41TA_TYPE_UINT8\x10\x06\x12\x12\n\x0e\x44\x41TA_TYPE_FP16\x10\x07\x12\x12\n\x0e\x44\x41TA_TYPE_BF16\x10\x08\x12\x12\n\x0e\x44\x41TA_TYPE_FP32\x10\t\x12\x12\n\x0e\x44\x41TA_TYPE_FP64\x10\n*i\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\"\n\x1e\x45XPORT_FORMAT_PADDLE_INFERENCE\x10\x01\x12\x16\n\x12\x45XPORT_FORMAT_ONNX\x10\x02*Z\n\x07\x42\x61\x63kend\x12\x17\n\x13\x42\x41\x43KEND_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x42\x41\x43KEND_PADDLE_INFERENCE\x10\x01\x12\x18\n\x14\x42\x41\x43KEND_ONNX_RUNTIME\x10\x02*\xe9\x01\n\x11ModelVersionState\x12#\n\x1fMODEL_VERSION_STATE_UNSPECIFIED\x10\x00\x12!\n\x1dMODEL_VERSION_STATE_EXPORTING\x10\x01\x12\"\n\x1eMODEL_VERSION_STATE_VALIDATING\x10\x02\x12\x1d\n\x19MODEL_VERSION_STATE_READY\x10\x03\x12)\n%MODEL_VERSION_STATE_VALIDATION_FAILED\x10\x04\x12\x1e\n\x1aMODEL_VERSION_STATE_FAILED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,34 +37,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODEL_LABELSENTRY']._loaded_options = None
   _globals['_MODEL_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_DATATYPE']._serialized_start=2106
-  _globals['_DATATYPE']._serialized_end=2347
-  _globals['_EXPORTFORMAT']._serialized_start=2349
-  _globals['_EXPORTFORMAT']._serialized_end=2454
-  _globals['_MODELVERSIONSTATE']._serialized_start=2457
-  _globals['_MODELVERSIONSTATE']._serialized_end=2587
-  _globals['_DEPLOYMENTSTATE']._serialized_start=2590
-  _globals['_DEPLOYMENTSTATE']._serialized_end=2766
+  _globals['_MODELVERSION_SOURCEJOBMETRICSENTRY']._loaded_options = None
+  _globals['_MODELVERSION_SOURCEJOBMETRICSENTRY']._serialized_options = b'8\001'
+  _globals['_DATATYPE']._serialized_start=2105
+  _globals['_DATATYPE']._serialized_end=2346
+  _globals['_EXPORTFORMAT']._serialized_start=2348
+  _globals['_EXPORTFORMAT']._serialized_end=2453
+  _globals['_BACKEND']._serialized_start=2455
+  _globals['_BACKEND']._serialized_end=2545
+  _globals['_MODELVERSIONSTATE']._serialized_start=2548
+  _globals['_MODELVERSIONSTATE']._serialized_end=2781
   _globals['_TENSORSPEC']._serialized_start=189
   _globals['_TENSORSPEC']._serialized_end=281
-  _globals['_ARTIFACT']._serialized_start=283
-  _globals['_ARTIFACT']._serialized_end=379
-  _globals['_VALIDATIONOPTIONS']._serialized_start=381
-  _globals['_VALIDATIONOPTIONS']._serialized_end=469
-  _globals['_VALIDATIONRESULT']._serialized_start=471
-  _globals['_VALIDATIONRESULT']._serialized_end=589
-  _globals['_MODEL']._serialized_start=592
-  _globals['_MODEL']._serialized_end=813
-  _globals['_MODEL_LABELSENTRY']._serialized_start=768
-  _globals['_MODEL_LABELSENTRY']._serialized_end=813
-  _globals['_MODELVERSION']._serialized_start=816
-  _globals['_MODELVERSION']._serialized_end=1316
-  _globals['_BATCHINGCONFIG']._serialized_start=1318
-  _globals['_BATCHINGCONFIG']._serialized_end=1413
-  _globals['_AUTOSCALINGCONFIG']._serialized_start=1415
-  _globals['_AUTOSCALINGCONFIG']._serialized_end=1511
-  _globals['_PREDICTORCONFIG']._serialized_start=1513
-  _globals['_PREDICTORCONFIG']._serialized_end=1621
-  _globals['_DEPLOYMENT']._serialized_start=1624
-  _globals['_DEPLOYMENT']._serialized_end=2103
+  _globals['_TENSORVALUE']._serialized_start=283
+  _globals['_TENSORVALUE']._serialized_end=347
+  _globals['_ARTIFACT']._serialized_start=349
+  _globals['_ARTIFACT']._serialized_end=445
+  _globals['_PREDICTORCONFIG']._serialized_start=447
+  _globals['_PREDICTORCONFIG']._serialized_end=555
+  _globals['_VALIDATIONOPTIONS']._serialized_start=558
+  _globals['_VALIDATIONOPTIONS']._serialized_end=764
+  _globals['_BACKENDVALIDATION']._serialized_start=767
+  _globals['_BACKENDVALIDATION']._serialized_end=965
+  _globals['_VALIDATIONRESULT']._serialized_start=968
+  _globals['_VALIDATIONRESULT']._serialized_end=1111
+  _globals['_MODEL']._serialized_start=1114
+  _globals['_MODEL']._serialized_end=1384
+  _globals['_MODEL_LABELSENTRY']._serialized_start=1339
+  _globals['_MODEL_LABELSENTRY']._serialized_end=1384
+  _globals['_MODELVERSION']._serialized_start=1387
+  _globals['_MODELVERSION']._serialized_end=2102
+  _globals['_MODELVERSION_SOURCEJOBMETRICSENTRY']._serialized_start=2047
+  _globals['_MODELVERSION_SOURCEJOBMETRICSENTRY']._serialized_end=2102
 # @@protoc_insertion_point(module_scope)
