@@ -1,8 +1,9 @@
 """Server interceptors: bearer-token auth, domain-error mapping, and request metrics.
 
 grpc.aio interceptors cannot see a call's outcome from intercept_service alone, so each one
-wraps the method handler's behavior (unary-unary and unary-stream, the only kinds our
-contracts use).
+wraps the method handler's behavior (unary-unary, unary-stream and stream-unary, the kinds
+our contracts use; a stream-unary behavior is awaited like a unary one, with the request
+iterator as its request).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def _wrap_handler(
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(
             unary(_as_coroutine(handler.unary_unary)),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            unary(_as_coroutine(handler.stream_unary)),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )

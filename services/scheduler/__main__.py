@@ -5,7 +5,7 @@ from __future__ import annotations
 from paddleray.scheduler.v1 import job_service_pb2, job_service_pb2_grpc
 from paddleray.services.common.entry import run
 from paddleray.services.common.server import ServiceRegistration, run_service
-from paddleray.services.scheduler import experiment_servicer
+from paddleray.services.scheduler import experiment_servicer, package_servicer
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.servicer import JobServicer
 from paddleray.services.scheduler.settings import SchedulerSettings
@@ -19,6 +19,7 @@ def registrations(app: SchedulerApp) -> list[ServiceRegistration]:
             job_service_pb2_grpc.add_JobServiceServicer_to_server,
         ),
         experiment_servicer.registration(app.experiments),
+        package_servicer.registration(app.packages),
     ]
 
 

@@ -10,7 +10,9 @@ import redis.asyncio as aioredis
 from paddleray.services.scheduler.dispatcher import Dispatcher
 from paddleray.services.scheduler.experiment_store import ExperimentStore
 from paddleray.services.scheduler.experiments import ExperimentManager
+from paddleray.services.scheduler.job_inputs import JobInputs
 from paddleray.services.scheduler.jobs import JobManager
+from paddleray.services.scheduler.packages import PackageStore
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import JobStore
 from paddleray.services.scheduler.trainer_client import TrainerClient
@@ -22,7 +24,10 @@ class SchedulerApp:
         # Blocking reads (WatchJob's XREAD) each hold a connection for up to a second.
         self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=1024)
         self.store = JobStore(self.redis, events_cap=settings.events_cap)
-        self.manager = JobManager(self.store, settings.aging_s_per_priority, settings.stop_wait_s)
+        self.packages = PackageStore(settings.storage_root, settings.package_max_bytes)
+        self.inputs = JobInputs(self.packages, self.store, settings.storage_root, settings.entrypoint_allowlist)
+        self.manager = JobManager(self.store, settings.aging_s_per_priority, settings.stop_wait_s,
+                                  prepare_spec=self.inputs.prepare)
         self.trainer = TrainerClient(settings.trainer_address, settings.trainer_auth_token,
                                      settings.trainer_rpc_timeout_s)
         self.dispatcher = Dispatcher(self.manager, self.trainer, settings)

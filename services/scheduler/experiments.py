@@ -97,6 +97,8 @@ class ExperimentManager:
         if len(request_id) > 128:
             raise errors.InvalidArgument("request_id", "at most 128 characters")
         plan = validate_experiment(experiment)
+        # The template's package and init_from, checked as CreateJob will check every trial's.
+        await self.jobs.prepare_spec(experiment.trial_template.spec, "experiment.trial_template.spec")
         stored = experiment_pb2.Experiment()
         stored.CopyFrom(experiment)
         for output_only in ("state", "state_reason", "trials_by_state", "best_trial", "end_time"):

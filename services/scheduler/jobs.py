@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from google.protobuf import timestamp_pb2
 
+from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors
 from paddleray.services.scheduler import validation
@@ -84,13 +85,22 @@ def state_event(from_state: int, to_state: int, reason: str, attempt: int) -> jo
 # Takes the job as read (a copy to change in place); may raise to abandon the transition.
 Mutation = Callable[[job_pb2.Job], None]
 RunStopper = Callable[[str, str], Awaitable[None]]
+# Checks what a spec names outside the job (package, init_from) and returns the spec to store;
+# the second argument is the field prefix for errors (JobInputs.prepare).
+SpecPreparer = Callable[[common_pb2.TrainingSpec, str], Awaitable[common_pb2.TrainingSpec]]
+
+
+async def _as_is(spec: common_pb2.TrainingSpec, field: str) -> common_pb2.TrainingSpec:
+    return spec
 
 
 class JobManager:
     """The job operations every entry point (servicer, dispatcher, experiments) calls."""
 
-    def __init__(self, store: JobStore, aging_s_per_priority: float = 60.0, stop_wait_s: float = 15.0) -> None:
+    def __init__(self, store: JobStore, aging_s_per_priority: float = 60.0, stop_wait_s: float = 15.0,
+                 prepare_spec: SpecPreparer = _as_is) -> None:
         self.store = store
+        self.prepare_spec = prepare_spec
         self.hooks = JobHooks()
         self.aging_s_per_priority = aging_s_per_priority
         self.stop_wait_s = stop_wait_s
@@ -118,8 +128,9 @@ class JobManager:
         return await self._create(job, job_id, request_id, experiment, trial_parameters)
 
     async def _create(self, job, job_id, request_id, experiment, trial_parameters) -> job_pb2.Job:
+        spec = await self.prepare_spec(job.spec, "job.spec")
         stored = job_pb2.Job(
-            display_name=job.display_name, spec=job.spec, priority=job.priority, tenant=job.tenant or "default",
+            display_name=job.display_name, spec=spec, priority=job.priority, tenant=job.tenant or "default",
             labels=job.labels, retry_policy=job.retry_policy, experiment=experiment,
             trial_parameters=trial_parameters or {},
         )

@@ -9,6 +9,7 @@ import uuid
 from pydantic import BaseModel, Field
 from pydantic_settings import SettingsConfigDict
 
+from paddleray.services.common.entrypoints import DEFAULT_ALLOWLIST
 from paddleray.services.common.settings import ServiceSettings
 
 
@@ -48,6 +49,16 @@ class SchedulerSettings(ServiceSettings):
     default_tenant_limits: TenantLimits = Field(default_factory=TenantLimits)
     tenant_limits: dict[str, TenantLimits] = Field(
         default_factory=dict, description='Per-tenant caps as JSON, e.g. {"team-a": {"max_jobs": 4, "max_gpus": 2}}.'
+    )
+
+    entrypoint_allowlist: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ALLOWLIST),
+        description="Module prefixes whose functions jobs may call, checked at CreateJob: keep it the same as "
+        "PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST (the trainer checks again at StartRun). Modules inside a "
+        "job's own uploaded package are allowed on top.",
+    )
+    package_max_bytes: int = Field(
+        100 * 1024 * 1024, gt=0, description="Largest code package (zip) UploadPackage accepts, in bytes."
     )
 
     def limits_for(self, tenant: str) -> TenantLimits:

@@ -69,6 +69,7 @@ class ContextSpec:
     config: dict[str, Any]
     device: str = "cpu"
     resume_from: str | None = None
+    init_from: str | None = None
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     commit_in_background: bool = False
     dataset_shards: dict[str, Any] = field(default_factory=dict)
@@ -168,6 +169,13 @@ class TrainContext:
         """This run's newest complete checkpoint, else the one the run resumes from."""
         info = self._latest_info()
         return info.path if info is not None else None
+
+    @property
+    def init_checkpoint(self) -> Path | None:
+        """The weights the job starts from (spec.init_from): another job's checkpoint or an
+        exported model version's directory; None when not set. The same on every attempt: on a
+        retry, latest_checkpoint (the job's own progress) is what to resume from."""
+        return Path(self._spec.init_from) if self._spec.init_from else None
 
     @property
     def checkpoint_manifest(self) -> dict[str, Any] | None:

@@ -191,6 +191,7 @@ class RunExecutor:
             config=self.spec.config,
             device=PaddleBackendConfig(use_gpu=self.spec.group.resources.num_gpus > 0).device,
             resume_from=self.spec.resume_from,
+            init_from=self.spec.init_from,
             retention=self.spec.retention,
             commit_in_background=self.spec.commit_in_background,
         )
@@ -199,6 +200,7 @@ class RunExecutor:
                 actor.start.remote(
                     self.spec.entrypoint,
                     replace(base, rank=rank, local_rank=group.workers[rank]["local_rank"], dataset_shards=shards[rank]),
+                    self.spec.package_entrypoint,
                 )
                 for rank, actor in enumerate(group.actors)
             )

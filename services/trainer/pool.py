@@ -1,6 +1,7 @@
 """A bounded warm pool of worker groups with Paddle imported and their collective joined.
 
-Whole groups are kept, keyed by GroupSpec (world size, resources, runtime env, placement):
+Whole groups are kept, keyed by GroupSpec (world size, resources, runtime env with its
+package digest, placement):
 a process can join only one Paddle collective group, so a rank cannot move to another
 group, but the same ranks can run the next run of the same shape at once. An idle group
 still holds its placement group, so when a run of another shape cannot be placed, idle
@@ -73,10 +74,12 @@ class WorkerPool:
     def release(self, group: WorkerGroup, reusable: bool) -> None:
         """Keeps a healthy group warm (if there is room), kills it otherwise.
 
-        Groups with a working_dir are not kept: their modules stay imported, and the
-        directory's contents may change between runs.
+        A warm worker keeps the modules it imported, so a group is kept only when the same key
+        means the same code: groups with a plain working_dir are not kept (the directory may
+        change between runs); a package is content-addressed, so its URI in the key makes a
+        group serve only runs of that exact package.
         """
-        if reusable and group.alive and not group.spec.env.working_dir and self.max_idle_groups > 0:
+        if reusable and group.alive and group.spec.env.immutable and self.max_idle_groups > 0:
             self._idle.append(_Idle(group, time.monotonic()))
             while len(self._idle) > self.max_idle_groups:
                 self._idle.pop(0).group.kill()

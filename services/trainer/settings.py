@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from paddleray.services.common.entrypoints import DEFAULT_ALLOWLIST
 from paddleray.services.common.settings import ServiceSettings
 
 
@@ -13,8 +14,9 @@ class TrainerSettings(ServiceSettings):
 
     ray_address: str = Field("auto", description="Ray cluster to drive ('auto', 'ray://...', or 'local').")
     entrypoint_allowlist: list[str] = Field(
-        default_factory=lambda: ["paddleray.services.trainer.examples"],
-        description="Module prefixes whose functions runs may call.",
+        default_factory=lambda: list(DEFAULT_ALLOWLIST),
+        description="Module prefixes whose functions runs may call; modules inside a run's own uploaded "
+        "package are allowed on top (see paddleray.services.common.entrypoints).",
     )
     pool_max_idle_groups: int = Field(4, ge=0, description="Warm worker groups kept between runs; 0 disables the pool.")
     pool_idle_ttl_s: float = Field(300.0, gt=0, description="Idle warm groups are released after this long.")

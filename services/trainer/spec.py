@@ -1,13 +1,16 @@
 """What a run asks for, validated once: StartRun's request becomes a RunSpec or a clear error.
 
-Every rule names the field it checks (INVALID_ARGUMENT); an entrypoint outside the allowlist
-is PERMISSION_DENIED.
+Every rule names the field it checks (INVALID_ARGUMENT); an entrypoint that is neither under
+the allowlist nor a module file of the run's own package is PERMISSION_DENIED
+(paddleray.services.common.entrypoints). A working_dir naming a package resolves to the
+stored zip under the shared storage root.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +19,10 @@ from typing import Any
 from google.protobuf import json_format
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import entrypoints, errors, packages
 from paddleray.services.trainer.backend import validate_gpu_request
 from paddleray.services.trainer.checkpoints import RetentionPolicy, read_checkpoint
 
-_ENTRYPOINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 _RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_WORKERS = 1024
@@ -46,6 +48,14 @@ class EnvSpec:
     image: str = ""
     env_vars: tuple[tuple[str, str], ...] = ()
     working_dir: str = ""
+    # The stored zip when working_dir names a package (what Ray is given).
+    package_zip: str = ""
+
+    @property
+    def immutable(self) -> bool:
+        """Whether the same EnvSpec always means the same code: no working_dir, or a package
+        (content-addressed). A plain directory may change between runs."""
+        return not self.working_dir or bool(self.package_zip)
 
     def to_ray(self) -> dict[str, Any]:
         """As Ray's runtime_env (image_uri for the container image)."""
@@ -53,7 +63,7 @@ class EnvSpec:
         if self.env_vars:
             env["env_vars"] = dict(self.env_vars)
         if self.working_dir:
-            env["working_dir"] = self.working_dir
+            env["working_dir"] = self.package_zip or self.working_dir
         if self.image:
             env["image_uri"] = self.image
         return env
@@ -79,16 +89,15 @@ class RunSpec:
     datasets: tuple[common_pb2.Dataset, ...] = ()
     timeout_s: float | None = None
     resume_from: str | None = None
+    # Directory of the weights to start from (spec.init_from), for ctx.init_checkpoint.
+    init_from: str | None = None
+    # The entrypoint is allowed only as a module of the run's package: the worker checks that
+    # the module it imports comes from the package's directory.
+    package_entrypoint: bool = False
 
 
-def check_entrypoint(entrypoint: str, allowlist: Sequence[str]) -> None:
-    if not _ENTRYPOINT.match(entrypoint):
-        raise errors.InvalidArgument("spec.entrypoint", "must have the form 'package.module:function'")
-    module = entrypoint.partition(":")[0]
-    if not any(module == prefix or module.startswith(prefix + ".") for prefix in allowlist):
-        raise errors.PermissionDenied(
-            f"spec.entrypoint: module {module!r} is not under an allowed prefix ({', '.join(allowlist) or 'none'})"
-        )
+def check_entrypoint(entrypoint: str, allowlist: Sequence[str], package_files: Sequence[str] | None = None) -> bool:
+    return entrypoints.check_entrypoint(entrypoint, allowlist, package_files)
 
 
 def check_run_id(run_id: str) -> None:
@@ -101,8 +110,12 @@ def run_spec(
     allowlist: Sequence[str],
     timeout_s: float | None = None,
     resume_from_uri: str = "",
+    storage_root: str | Path = "",
 ) -> RunSpec:
-    check_entrypoint(spec.entrypoint, allowlist)
+    entrypoints.check_form(spec.entrypoint)
+    env = _env(spec.runtime_env, storage_root)
+    package_files = _package_files(env.package_zip) if env.package_zip else None
+    package_entrypoint = check_entrypoint(spec.entrypoint, allowlist, package_files)
     if spec.config.ByteSize() > _MAX_CONFIG_BYTES:
         raise errors.InvalidArgument("spec.config", "must be at most 1 MiB serialized")
     num_workers = spec.num_workers or 1
@@ -121,7 +134,7 @@ def run_spec(
         group=GroupSpec(
             num_workers=num_workers,
             resources=_resources(spec.resources_per_worker, num_workers),
-            env=_env(spec.runtime_env),
+            env=env,
             strategy=_strategy(spec.placement_strategy),
         ),
         retention=retention_policy(spec.checkpoint_policy),
@@ -129,6 +142,8 @@ def run_spec(
         datasets=tuple(spec.datasets),
         timeout_s=timeout_s,
         resume_from=resume_from,
+        init_from=_init_from(spec.init_from, storage_root) if spec.HasField("init_from") else None,
+        package_entrypoint=package_entrypoint,
     )
 
 
@@ -153,18 +168,61 @@ def _resources(resources: common_pb2.Resources, num_workers: int) -> WorkerResou
     )
 
 
-def _env(env: common_pb2.RuntimeEnv) -> EnvSpec:
+def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> EnvSpec:
+    field = "spec.runtime_env.working_dir"
     if env.image and env.working_dir:
-        raise errors.InvalidArgument(
-            "spec.runtime_env.working_dir", "cannot be combined with image (Ray's image_uri takes only env_vars)"
-        )
-    if env.working_dir and "://" not in env.working_dir and not Path(env.working_dir).exists():
+        raise errors.InvalidArgument(field, "cannot be combined with image (Ray's image_uri takes only env_vars)")
+    package_zip = ""
+    if packages.is_package_uri(env.working_dir):
+        path = packages.zip_path(storage_root, packages.digest_from_uri(env.working_dir, field))
+        if not path.is_file():
+            raise errors.FailedPrecondition(
+                f"{field}: package {env.working_dir} is not in the trainer's storage root ({storage_root}); "
+                "upload it to a scheduler that shares this storage root"
+            )
+        package_zip = str(path)
+    elif env.working_dir and "://" not in env.working_dir and not Path(env.working_dir).exists():
         raise errors.InvalidArgument(
             "spec.runtime_env.working_dir", "must be a directory the trainer can read, or a URI that Ray accepts"
         )
     if any(not key for key in env.env_vars):
         raise errors.InvalidArgument("spec.runtime_env.env_vars", "names must be non-empty")
-    return EnvSpec(image=env.image, env_vars=tuple(sorted(env.env_vars.items())), working_dir=env.working_dir)
+    return EnvSpec(
+        image=env.image, env_vars=tuple(sorted(env.env_vars.items())), working_dir=env.working_dir,
+        package_zip=package_zip,
+    )
+
+
+def _package_files(path: str) -> list[str]:
+    try:
+        return packages.file_names(Path(path))
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise errors.FailedPrecondition(f"spec.runtime_env.working_dir: the stored package cannot be read: {exc}") from exc
+
+
+def _init_from(init_from: common_pb2.InitFrom, storage_root: str | Path) -> str:
+    """The directory user code gets as ctx.init_checkpoint: a complete checkpoint, or an
+    exported model version (its manifest.json written)."""
+    field = "spec.init_from"
+    source = init_from.WhichOneof("source")
+    if init_from.resolved_uri:
+        path, field = Path(init_from.resolved_uri), f"{field}.resolved_uri"
+    elif source == "checkpoint_uri":
+        path, field = Path(init_from.checkpoint_uri), f"{field}.checkpoint_uri"
+    elif source == "model_version":
+        model, _, version = init_from.model_version.removeprefix("models/").partition("/versions/")
+        if not model or not version or "/" in model or "/" in version or ".." in (model, version):
+            raise errors.InvalidArgument(f"{field}.model_version", "must be 'models/{model}/versions/{version}'")
+        path, field = Path(storage_root) / "models" / model / "versions" / version, f"{field}.model_version"
+    elif source == "job":
+        raise errors.InvalidArgument(
+            f"{field}.job", "is resolved by the scheduler; StartRun takes resolved_uri or checkpoint_uri"
+        )
+    else:
+        raise errors.InvalidArgument(field, "set one of checkpoint_uri, model_version or resolved_uri")
+    if read_checkpoint(path) is None and not (path / "manifest.json").is_file():
+        raise errors.InvalidArgument(field, "must be a complete checkpoint directory or an exported model version")
+    return str(path)
 
 
 def _strategy(value: int) -> str:

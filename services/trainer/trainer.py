@@ -132,7 +132,7 @@ class Trainer:
         else:
             run_id = f"run-{uuid.uuid4().hex[:12]}"
         resume_uri = resume_from.uri if resume_from is not None else ""
-        parsed = run_spec(spec, self.settings.entrypoint_allowlist, timeout_s, resume_uri)
+        parsed = run_spec(spec, self.settings.entrypoint_allowlist, timeout_s, resume_uri, self.storage_root)
         if spec.datasets:
             from paddleray.services.trainer.datasets import resolve_datasets
 

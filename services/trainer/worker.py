@@ -18,6 +18,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 
@@ -56,6 +57,9 @@ class WorkerActor:
             # Paddle reads FLAGS_* once, when it is imported: set them first.
             os.environ.update(gpu_process_env(num_gpus, gpu_ids, total))
         os.environ.update(math_thread_env(os.environ))
+        # Ray starts a worker with a working_dir in that directory (the unpacked package),
+        # before any user code could change directory.
+        self._working_dir = Path.cwd().resolve()
         import paddle
 
         self._paddle = paddle
@@ -89,7 +93,7 @@ class WorkerActor:
         self.set_device(device)
         self._paddle.distributed.init_parallel_env()
 
-    def start(self, entrypoint: str, spec: ContextSpec) -> None:
+    def start(self, entrypoint: str, spec: ContextSpec, from_package: bool = False) -> None:
         if self._thread is not None:
             # The previous function has handed over its outcome; its thread is finishing.
             self._thread.join(timeout=5)
@@ -97,7 +101,9 @@ class WorkerActor:
                 raise RuntimeError("this worker is still running a function")
         self._reports = queue.Queue(_MAX_QUEUED_REPORTS)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(entrypoint, spec), daemon=True, name="user-code")
+        self._thread = threading.Thread(
+            target=self._run, args=(entrypoint, spec, from_package), daemon=True, name="user-code"
+        )
         self._thread.start()
 
     def next_reports(self, timeout_s: float) -> Poll:
@@ -128,19 +134,22 @@ class WorkerActor:
         # trip per checkpoint (5-10 ms an epoch, measured by `python -m bench trainer`).
         self._reports.put(report)
 
-    def _run(self, entrypoint: str, spec: ContextSpec) -> None:
+    def _run(self, entrypoint: str, spec: ContextSpec, from_package: bool) -> None:
         with capture_output(spec.paths.logs, spec.rank):
-            outcome = self._call(entrypoint, spec)
+            outcome = self._call(entrypoint, spec, from_package)
             if not outcome.ok:
                 print(outcome.traceback, file=sys.stderr, flush=True)
         self._reports.put(outcome)
 
-    def _call(self, entrypoint: str, spec: ContextSpec) -> Outcome:
+    def _call(self, entrypoint: str, spec: ContextSpec, from_package: bool) -> Outcome:
         try:
             # Paddle's expected place is per thread: set it where the user code runs.
             self._paddle.set_device(self._device)
             module_name, _, function_name = entrypoint.partition(":")
-            function = getattr(importlib.import_module(module_name), function_name)
+            module = importlib.import_module(module_name)
+            if from_package:
+                self._check_from_package(module)
+            function = getattr(module, function_name)
             context = TrainContext(spec, self._hand_over, self._stop)
             try:
                 function(spec.config, context)
@@ -158,6 +167,18 @@ class WorkerActor:
         except BaseException as exc:  # noqa: BLE001 - any user error fails the run, with its traceback
             return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}", traceback=_summary(exc))
         return Outcome(ok=True)
+
+
+    def _check_from_package(self, module) -> None:
+        """A module allowed as package code must have been loaded from the package: a name the
+        zip also has (a stray os.py) must not hand out an installed module."""
+        origin = getattr(module, "__file__", None)
+        path = Path(origin).resolve() if origin else None
+        if path is None or not path.is_relative_to(self._working_dir):
+            raise PermissionError(
+                f"entrypoint module {module.__name__!r} was loaded from {origin or 'no file'}, not from the "
+                f"job's package ({self._working_dir}); only modules of the package or the allowlist may run"
+            )
 
 
 def _summary(exc: BaseException) -> str:

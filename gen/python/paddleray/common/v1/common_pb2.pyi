@@ -146,7 +146,7 @@ class Dataset(_message.Message):
     def __init__(self, name: _Optional[str] = ..., uri: _Optional[str] = ..., format: _Optional[_Union[DatasetFormat, str]] = ...) -> None: ...
 
 class TrainingSpec(_message.Message):
-    __slots__ = ("entrypoint", "config", "num_workers", "resources_per_worker", "runtime_env", "placement_strategy", "checkpoint_policy", "datasets")
+    __slots__ = ("entrypoint", "config", "num_workers", "resources_per_worker", "runtime_env", "placement_strategy", "checkpoint_policy", "datasets", "init_from")
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +155,7 @@ class TrainingSpec(_message.Message):
     PLACEMENT_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_POLICY_FIELD_NUMBER: _ClassVar[int]
     DATASETS_FIELD_NUMBER: _ClassVar[int]
+    INIT_FROM_FIELD_NUMBER: _ClassVar[int]
     entrypoint: str
     config: _struct_pb2.Struct
     num_workers: int
@@ -163,7 +164,20 @@ class TrainingSpec(_message.Message):
     placement_strategy: PlacementStrategy
     checkpoint_policy: CheckpointPolicy
     datasets: _containers.RepeatedCompositeFieldContainer[Dataset]
-    def __init__(self, entrypoint: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., num_workers: _Optional[int] = ..., resources_per_worker: _Optional[_Union[Resources, _Mapping]] = ..., runtime_env: _Optional[_Union[RuntimeEnv, _Mapping]] = ..., placement_strategy: _Optional[_Union[PlacementStrategy, str]] = ..., checkpoint_policy: _Optional[_Union[CheckpointPolicy, _Mapping]] = ..., datasets: _Optional[_Iterable[_Union[Dataset, _Mapping]]] = ...) -> None: ...
+    init_from: InitFrom
+    def __init__(self, entrypoint: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., num_workers: _Optional[int] = ..., resources_per_worker: _Optional[_Union[Resources, _Mapping]] = ..., runtime_env: _Optional[_Union[RuntimeEnv, _Mapping]] = ..., placement_strategy: _Optional[_Union[PlacementStrategy, str]] = ..., checkpoint_policy: _Optional[_Union[CheckpointPolicy, _Mapping]] = ..., datasets: _Optional[_Iterable[_Union[Dataset, _Mapping]]] = ..., init_from: _Optional[_Union[InitFrom, _Mapping]] = ...) -> None: ...
+
+class InitFrom(_message.Message):
+    __slots__ = ("checkpoint_uri", "job", "model_version", "resolved_uri")
+    CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_URI_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_uri: str
+    job: str
+    model_version: str
+    resolved_uri: str
+    def __init__(self, checkpoint_uri: _Optional[str] = ..., job: _Optional[str] = ..., model_version: _Optional[str] = ..., resolved_uri: _Optional[str] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
     __slots__ = ("uri", "step", "epoch", "metrics", "create_time")

@@ -78,8 +78,14 @@ class JobServiceServicer:
 
     def CreateJob(self, request, context):
         """Queues a job. The reply comes after the job is durable.
-        Errors: INVALID_ARGUMENT names the field and the rule broken; ALREADY_EXISTS when job_id
-        is taken by another request; a repeated request_id returns the job first created with it.
+        spec.init_from is resolved here (to init_from.resolved_uri), so every attempt starts from
+        the same weights.
+        Errors: INVALID_ARGUMENT names the field and the rule broken; PERMISSION_DENIED when the
+        entrypoint's module is neither under the allowlist nor a file of the job's package;
+        FAILED_PRECONDITION (naming the field) when runtime_env.working_dir names a package that is
+        not stored, or init_from names a job without a checkpoint or a model version not exported;
+        ALREADY_EXISTS when job_id is taken by another request; a repeated request_id returns the
+        job first created with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,1 @@
+"""paddleray.services.client: the code clients (the SDK and the CLI) run on the user's machine."""
