@@ -43,6 +43,7 @@ class SchedulerProcess:
             "PADDLERAY_SCHEDULER_LEASE_TTL_S": "2",
             "PADDLERAY_SCHEDULER_DISPATCH_INTERVAL_S": "0.05",
             "PADDLERAY_SCHEDULER_GRACE_PERIOD_S": "0",
+            "PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST": '["pkg"]',  # make_job's default entrypoint
             **{f"PADDLERAY_SCHEDULER_{k.upper()}": str(v) for k, v in settings.items()},
         }
         self.proc = None

@@ -106,6 +106,9 @@ def _service_env(
     })
     if service == "scheduler":
         env[prefix + "TRAINER_ADDRESS"] = state.address("trainer")
+        # The scheduler checks the trainer's allowlist at CreateJob: keep the two in step.
+        if "PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST" in os.environ:
+            env.setdefault(prefix + "ENTRYPOINT_ALLOWLIST", os.environ["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"])
     return env
 
 

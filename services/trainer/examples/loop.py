@@ -10,7 +10,8 @@ number of steps (a rank with one extra step would wait forever in the gradient a
 
 Exact resume: a checkpoint holds the model's and the optimizer's state and the number of
 epochs done; the permutation of an epoch depends only on (seed, epoch), so a resumed run
-repeats nothing and skips nothing.
+repeats nothing and skips nothing. Fine-tuning (spec.init_from, ctx.init_checkpoint) loads only
+the baseline's weights, and only when the run has no checkpoint of its own to resume from.
 """
 
 from __future__ import annotations
@@ -66,6 +67,19 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> dict[str, A
     if optimizer is not None:
         optimizer.set_state_dict(paddle.load(str(directory / OPTIMIZER_FILE)))
     return json.loads((directory / STATE_FILE).read_text())
+
+
+def load_weights(directory: str | Path, model) -> None:
+    """The weights of a checkpoint these examples wrote (spec.init_from: a job or a checkpoint)."""
+    import paddle
+
+    weights = Path(directory) / MODEL_FILE
+    if not weights.is_file():
+        raise ValueError(
+            f"init_from: {directory} has no {MODEL_FILE}; the examples fine-tune from a checkpoint of a job that "
+            "ran them (init_from.job or init_from.checkpoint_uri), not from an exported static graph"
+        )
+    model.set_state_dict(paddle.load(str(weights)))
 
 
 def _all_reduce_sum(values: list[float], world_size: int) -> list[float]:
@@ -191,6 +205,10 @@ def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...],
     first_epoch = 0
     if ctx.latest_checkpoint is not None:
         first_epoch = load_checkpoint(ctx.latest_checkpoint, model, optimizer)["epoch"]
+    elif ctx.init_checkpoint is not None:
+        # Fine-tuning: the baseline's weights, a fresh optimizer, and this run's own epochs.
+        load_weights(ctx.init_checkpoint, model)
+        print(f"{model_name}: rank {ctx.rank} starts from the weights in {ctx.init_checkpoint}", flush=True)
     net = paddle.DataParallel(model) if ctx.world_size > 1 else model
     train_batches, val_batches, source = data_sources(ctx, cfg)
     print(f"{model_name}: rank {ctx.rank}/{ctx.world_size} epochs {first_epoch + 1}..{cfg.epochs} {source}", flush=True)

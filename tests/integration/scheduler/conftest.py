@@ -16,12 +16,16 @@ from paddleray.services.scheduler.__main__ import registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
 
+# The entrypoints the scheduler tests submit (make_job's default, the real-trainer workers).
+TEST_ALLOWLIST = ["pkg", "scheduler_test_entrypoints"]
+
 
 @dataclass
 class Stack:
     fake: FakeTrainer
     app: SchedulerApp
     stub: job_service_pb2_grpc.JobServiceStub
+    address: str = ""
 
     async def create(self, job: job_pb2.Job, **kw) -> job_pb2.Job:
         return (await self.stub.CreateJob(js.CreateJobRequest(job=job, **kw))).job
@@ -50,14 +54,15 @@ def stack_factory(redis_url):
         trainer_server = None
         if not trainer_address:
             trainer_server, trainer_address = await start_fake_trainer(fake)
-        defaults = {"dispatch_interval_s": 0.05, "lease_ttl_s": 3, "stop_wait_s": 10}
+        defaults = {"dispatch_interval_s": 0.05, "lease_ttl_s": 3, "stop_wait_s": 10,
+                    "entrypoint_allowlist": TEST_ALLOWLIST}
         config = SchedulerSettings(redis_url=redis_url, trainer_address=trainer_address, **(defaults | settings))
         app = SchedulerApp(config)
         server = await start_server(config, registrations(app))
         await app.start()
         channel = aio.insecure_channel(f"127.0.0.1:{server.port}")
         try:
-            yield Stack(fake, app, job_service_pb2_grpc.JobServiceStub(channel))
+            yield Stack(fake, app, job_service_pb2_grpc.JobServiceStub(channel), f"127.0.0.1:{server.port}")
         finally:
             await channel.close()
             await stop_server(server, 0.5)

@@ -75,7 +75,7 @@ def sweep_stack(redis_url):
             fake, trainer_address = shared
         config = SchedulerSettings(
             redis_url=redis_url, trainer_address=trainer_address, dispatch_interval_s=0.05, lease_ttl_s=3,
-            stop_wait_s=10,
+            stop_wait_s=10, entrypoint_allowlist=["pkg"],
         )
         app = SchedulerApp(config)
         server = await start_server(config, registrations(app))

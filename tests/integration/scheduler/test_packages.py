@@ -1,0 +1,217 @@
+"""PackageService over real gRPC (real Redis, the fake trainer), and what CreateJob checks of
+a job's package and init_from."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import zipfile
+
+import grpc
+import pytest
+from grpc import aio
+from support_scheduler import make_job
+
+from paddleray.common.v1 import common_pb2
+from paddleray.scheduler.v1 import job_pb2, package_service_pb2_grpc
+from paddleray.scheduler.v1 import package_service_pb2 as pb
+from paddleray.services.client.packaging import build_package, upload_package
+from paddleray.services.common import packages
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+class _Calls(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClientInterceptor):
+    """Records the methods a channel called."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    def intercept_unary_unary(self, continuation, details, request):
+        self.methods.append(details.method.rsplit("/", 1)[-1])
+        return continuation(details, request)
+
+    def intercept_stream_unary(self, continuation, details, request_iterator):
+        self.methods.append(details.method.rsplit("/", 1)[-1])
+        return continuation(details, request_iterator)
+
+
+def _project(root, version: int = 1):
+    (root / "my_trainer").mkdir(parents=True, exist_ok=True)
+    (root / "my_trainer" / "train.py").write_text(f"VERSION = {version}\ndef train(config, ctx):\n    pass\n")
+    return root
+
+
+def _upload(address: str, root, calls: _Calls | None = None) -> str:
+    with grpc.insecure_channel(address) as channel:
+        return upload_package(grpc.intercept_channel(channel, calls) if calls else channel, root)
+
+
+def _raw_upload(address: str, messages) -> pb.UploadPackageResponse:
+    with grpc.insecure_channel(address) as channel:
+        return package_service_pb2_grpc.PackageServiceStub(channel).UploadPackage(iter(messages), timeout=30)
+
+
+def _header(data: bytes, **overrides) -> pb.UploadPackageRequest:
+    fields = {"sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data)} | overrides
+    return pb.UploadPackageRequest(header=pb.PackageHeader(**fields))
+
+
+def _zip(entries: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in entries.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
+
+
+async def test_an_unchanged_directory_is_uploaded_once(stack_factory, tmp_path):
+    root = _project(tmp_path / "project")
+    async with stack_factory(storage_root=tmp_path / "storage") as stack:
+        calls = _Calls()
+        uri = await asyncio.to_thread(_upload, stack.address, root, calls)
+        digest = build_package(root).sha256
+        assert uri == f"paddleray://packages/sha256-{digest}"
+        stored = tmp_path / "storage" / "packages" / f"sha256-{digest}.zip"
+        assert stored.read_bytes() == build_package(root).data
+        assert calls.methods == ["GetPackage", "UploadPackage"]
+
+        again = _Calls()
+        assert await asyncio.to_thread(_upload, stack.address, root, again) == uri
+        assert again.methods == ["GetPackage"]
+
+        _project(root, version=2)
+        changed = await asyncio.to_thread(_upload, stack.address, root)
+        assert changed != uri and stored.exists()
+        assert sorted(p.name for p in (tmp_path / "storage" / "packages").iterdir()) == sorted(
+            [stored.name, f"sha256-{packages.digest_from_uri(changed, 'x')}.zip"]
+        ), "no temporary files are left behind"
+
+        async with aio.insecure_channel(stack.address) as channel:
+            stub = package_service_pb2_grpc.PackageServiceStub(channel)
+            found = (await stub.GetPackage(pb.GetPackageRequest(name=f"packages/sha256-{digest}"))).package
+            assert (found.uri, found.size_bytes, found.file_count) == (uri, stored.stat().st_size, 1)
+            with pytest.raises(aio.AioRpcError) as missing:
+                await stub.GetPackage(pb.GetPackageRequest(name="packages/sha256-" + "0" * 64))
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+            with pytest.raises(aio.AioRpcError) as malformed:
+                await stub.GetPackage(pb.GetPackageRequest(name="packages/latest"))
+            assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "name" in malformed.value.details()
+
+
+async def test_bad_uploads_are_refused_and_leave_nothing(stack_factory, tmp_path):
+    good = _zip({"m.py": "x = 1\n"})
+    chunk = pb.UploadPackageRequest(chunk=good)
+    cases = [
+        ([chunk], grpc.StatusCode.INVALID_ARGUMENT, "header"),
+        ([_header(good, sha256="f" * 64), chunk], grpc.StatusCode.INVALID_ARGUMENT, "header.sha256"),
+        ([_header(good, sha256="not-hex"), chunk], grpc.StatusCode.INVALID_ARGUMENT, "header.sha256"),
+        ([_header(good, size_bytes=len(good) + 1), chunk], grpc.StatusCode.INVALID_ARGUMENT, "chunk: received"),
+        ([_header(good, size_bytes=len(good) - 1), chunk], grpc.StatusCode.INVALID_ARGUMENT, "chunk: more bytes"),
+        ([_header(good), _header(good)], grpc.StatusCode.INVALID_ARGUMENT, "header"),
+        ([_header(b"no zip"), pb.UploadPackageRequest(chunk=b"no zip")], grpc.StatusCode.INVALID_ARGUMENT, "not a valid zip"),
+        ([_header(evil := _zip({"../escape.py": "x"})), pb.UploadPackageRequest(chunk=evil)],
+         grpc.StatusCode.INVALID_ARGUMENT, "outside the package"),
+        ([_header(b"x" * 5000, size_bytes=5000)], grpc.StatusCode.RESOURCE_EXHAUSTED,
+         "limit is 4096 bytes (PADDLERAY_SCHEDULER_PACKAGE_MAX_BYTES)"),
+    ]
+    async with stack_factory(storage_root=tmp_path / "storage", package_max_bytes=4096) as stack:
+        for messages, code, text in cases:
+            with pytest.raises(grpc.RpcError) as refused:
+                await asyncio.to_thread(_raw_upload, stack.address, messages)
+            assert refused.value.code() == code, (text, refused.value.details())
+            assert text in refused.value.details()
+        directory = tmp_path / "storage" / "packages"
+        assert not directory.exists() or list(directory.iterdir()) == []
+        stored = await asyncio.to_thread(_raw_upload, stack.address, [_header(good), chunk])
+        assert stored.package.file_count == 1
+
+
+def _package_job(uri: str, entrypoint: str = "my_trainer.train:train") -> job_pb2.Job:
+    job = make_job(entrypoint)
+    job.spec.runtime_env.working_dir = uri
+    return job
+
+
+async def test_create_job_checks_the_package_and_its_entrypoint(stack_factory, tmp_path):
+    root = _project(tmp_path / "project")
+    async with stack_factory(storage_root=tmp_path / "storage") as stack:
+        uri = await asyncio.to_thread(_upload, stack.address, root)
+        created = await stack.create(_package_job(uri))
+        assert created.spec.runtime_env.working_dir == uri
+        assert created.state == job_pb2.JOB_STATE_QUEUED
+
+        for job, code, text in [
+            (_package_job("paddleray://packages/sha256-" + "0" * 64), grpc.StatusCode.FAILED_PRECONDITION,
+             "job.spec.runtime_env.working_dir: package"),
+            (_package_job("paddleray://packages/latest"), grpc.StatusCode.INVALID_ARGUMENT,
+             "job.spec.runtime_env.working_dir"),
+            (_package_job(uri, "my_trainer.other:train"), grpc.StatusCode.PERMISSION_DENIED,
+             "job.spec.entrypoint: module 'my_trainer.other'"),
+            (_package_job(uri, "os:system"), grpc.StatusCode.PERMISSION_DENIED, "job.spec.entrypoint"),
+            (make_job("os:system"), grpc.StatusCode.PERMISSION_DENIED, "not under an allowed prefix"),
+        ]:
+            with pytest.raises(aio.AioRpcError) as refused:
+                await stack.create(job)
+            assert refused.value.code() == code, refused.value.details()
+            assert text in refused.value.details()
+
+
+def _checkpoint(directory, step: int, loss: float) -> common_pb2.Checkpoint:
+    directory.mkdir(parents=True)
+    return common_pb2.Checkpoint(uri=str(directory), step=step, metrics={"loss": loss})
+
+
+async def test_init_from_is_resolved_once_at_create(stack_factory, tmp_path):
+    storage = tmp_path / "storage"
+    async with stack_factory(storage_root=storage) as stack:
+        manager = stack.app.manager
+        source = make_job(config={"hang": True})
+        source.spec.checkpoint_policy.best_metric = "loss"
+        source.spec.checkpoint_policy.best_mode = common_pb2.METRIC_MODE_MIN
+        source = await stack.create(source, job_id="baseline")
+        record = await manager.record(source.name)
+        checkpoints = [_checkpoint(tmp_path / f"ckpt-{step}", step, loss) for step, loss in [(1, 0.9), (2, 0.2), (3, 0.5)]]
+        job = job_pb2.Job()
+        job.CopyFrom(record.job)
+        job.latest_checkpoint.CopyFrom(checkpoints[-1])
+        assert await manager.update(record, job, [job_pb2.JobEvent(checkpoint=c) for c in checkpoints])
+
+        def fine_tune(**source_field) -> job_pb2.Job:
+            job = make_job()
+            job.spec.init_from.CopyFrom(common_pb2.InitFrom(resolved_uri="/etc", **source_field))
+            return job
+
+        best = await stack.create(fine_tune(job="jobs/baseline"))
+        assert best.spec.init_from.resolved_uri == checkpoints[1].uri, "the best checkpoint by loss, not the newest"
+        assert best.spec.init_from.job == "jobs/baseline"
+        (tmp_path / "ckpt-2").rmdir()  # retention removed it: the next best that is still there
+        assert (await stack.create(fine_tune(job="jobs/baseline"))).spec.init_from.resolved_uri == checkpoints[2].uri
+
+        direct = await stack.create(fine_tune(checkpoint_uri=checkpoints[0].uri))
+        assert direct.spec.init_from.resolved_uri == checkpoints[0].uri, "a client's resolved_uri is replaced"
+
+        version = storage / "models" / "digits" / "versions" / "3"
+        (version / "paddle").mkdir(parents=True)
+        (version / "manifest.json").write_text("{}")
+        exported = await stack.create(fine_tune(model_version="models/digits/versions/3"))
+        assert exported.spec.init_from.resolved_uri == str(version)
+
+        await stack.create(make_job(), job_id="fresh")
+        for job, code, field in [
+            (fine_tune(job="jobs/fresh"), grpc.StatusCode.FAILED_PRECONDITION, "job.spec.init_from.job: jobs/fresh has no checkpoint"),
+            (fine_tune(job="jobs/nope"), grpc.StatusCode.FAILED_PRECONDITION, "job.spec.init_from.job: jobs/nope does not exist"),
+            (fine_tune(job="baseline"), grpc.StatusCode.INVALID_ARGUMENT, "job.spec.init_from.job"),
+            (fine_tune(checkpoint_uri=str(tmp_path / "nope")), grpc.StatusCode.FAILED_PRECONDITION,
+             "job.spec.init_from.checkpoint_uri"),
+            (fine_tune(model_version="models/digits/versions/4"), grpc.StatusCode.FAILED_PRECONDITION,
+             "job.spec.init_from.model_version: models/digits/versions/4 has not been exported"),
+            (fine_tune(model_version="models/../versions/1"), grpc.StatusCode.INVALID_ARGUMENT,
+             "job.spec.init_from.model_version"),
+            (fine_tune(), grpc.StatusCode.INVALID_ARGUMENT, "job.spec.init_from: set one of"),
+        ]:
+            with pytest.raises(aio.AioRpcError) as refused:
+                await stack.create(job)
+            assert refused.value.code() == code, refused.value.details()
+            assert field in refused.value.details()
