@@ -21,6 +21,9 @@ _ID = re.compile(r"sha256-([0-9a-f]{64})")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 # Suffixes of importable module files other than plain .py (extension modules).
 _EXTENSION_SUFFIXES = (".so", ".pyd")
+# What a Ray worker of the trainer imports before user code runs, besides what a service
+# process has imported anyway (the standard library modules Ray, gRPC and asyncio use).
+WORKER_IMPORTS = frozenset({"ray", "paddle", "paddleray", "numpy"})
 
 
 def is_package_uri(value: str) -> bool:
@@ -78,3 +81,27 @@ def module_file_in(module: str, files: Iterable[str]) -> bool:
         if entry.startswith(f"{base}.") and entry.endswith(_EXTENSION_SUFFIXES) and "/" not in entry[len(base):]:
             return True
     return False
+
+
+def shadowing_modules(files: Iterable[str], imported: Iterable[str]) -> list[str]:
+    """Top-level modules of the package (x.py, x/__init__.py, x.<tag>.so) named like one of
+    `imported`: first on the workers' sys.path, such a file would replace the module the worker
+    process itself needs (a `json.py` breaks Ray's worker before any user code runs). A
+    directory without __init__.py is a namespace portion and replaces nothing."""
+    names = set()
+    for entry in files:
+        top, _, rest = entry.partition("/")
+        if rest == "__init__.py":
+            names.add(top)
+        elif not rest and top.endswith((".py", *_EXTENSION_SUFFIXES)):
+            names.add(top.partition(".")[0])
+    taken = {name.partition(".")[0] for name in imported}
+    return sorted(names & taken)
+
+
+def check_no_shadowing(files: Iterable[str], imported: Iterable[str], field: str) -> None:
+    if shadowed := shadowing_modules(files, {*imported, *WORKER_IMPORTS}):
+        raise errors.InvalidArgument(
+            field, f"the package's top-level {', '.join(shadowed)} would replace the module(s) of that name the "
+            "workers need (they come first on sys.path): rename them or move them into your package",
+        )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class JobInputs:
                 raise errors.FailedPrecondition(
                     f"{where}: package {working_dir} is not stored on this scheduler (upload it first)"
                 )
+            packages.check_no_shadowing(files, sys.modules, where)
         entrypoints.check_entrypoint(spec.entrypoint, self.allowlist, files, f"{field}.entrypoint")
         prepared = common_pb2.TrainingSpec()
         prepared.CopyFrom(spec)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -194,10 +195,13 @@ def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> EnvSpec:
 
 
 def _package_files(path: str) -> list[str]:
+    field = "spec.runtime_env.working_dir"
     try:
-        return packages.file_names(Path(path))
+        files = packages.file_names(Path(path))
     except (OSError, zipfile.BadZipFile) as exc:
-        raise errors.FailedPrecondition(f"spec.runtime_env.working_dir: the stored package cannot be read: {exc}") from exc
+        raise errors.FailedPrecondition(f"{field}: the stored package cannot be read: {exc}") from exc
+    packages.check_no_shadowing(files, sys.modules, field)
+    return files
 
 
 def _init_from(init_from: common_pb2.InitFrom, storage_root: str | Path) -> str:

@@ -138,6 +138,9 @@ async def test_create_job_checks_the_package_and_its_entrypoint(stack_factory, t
     root = _project(tmp_path / "project")
     async with stack_factory(storage_root=tmp_path / "storage") as stack:
         uri = await asyncio.to_thread(_upload, stack.address, root)
+        (root / "logging").mkdir()
+        (root / "logging" / "__init__.py").write_text("")
+        shadowing = await asyncio.to_thread(_upload, stack.address, root)
         created = await stack.create(_package_job(uri))
         assert created.spec.runtime_env.working_dir == uri
         assert created.state == job_pb2.JOB_STATE_QUEUED
@@ -151,6 +154,8 @@ async def test_create_job_checks_the_package_and_its_entrypoint(stack_factory, t
              "job.spec.entrypoint: module 'my_trainer.other'"),
             (_package_job(uri, "os:system"), grpc.StatusCode.PERMISSION_DENIED, "job.spec.entrypoint"),
             (make_job("os:system"), grpc.StatusCode.PERMISSION_DENIED, "not under an allowed prefix"),
+            (_package_job(shadowing), grpc.StatusCode.INVALID_ARGUMENT,
+             "job.spec.runtime_env.working_dir: the package's top-level logging would replace"),
         ]:
             with pytest.raises(aio.AioRpcError) as refused:
                 await stack.create(job)

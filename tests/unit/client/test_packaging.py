@@ -95,3 +95,8 @@ def test_not_a_directory_or_nothing_to_ship(tmp_path):
 )
 def test_module_file_in_package(module, files, inside):
     assert packages.module_file_in(module, files) is inside
+
+
+def test_shadowing_top_level_modules():
+    files = ["json.py", "logging/__init__.py", "test/helpers.py", "my_trainer/json.py", "fast.cpython-311.so", "README.md"]
+    assert packages.shadowing_modules(files, ["json", "logging", "test", "fast", "os.path"]) == ["fast", "json", "logging"]
