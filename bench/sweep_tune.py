@@ -22,6 +22,7 @@ class TuneContext:
     world_size = 1
     device = "cpu"
     latest_checkpoint = None
+    init_checkpoint = None
     dataset_names: list[str] = []
 
     def __init__(self) -> None:

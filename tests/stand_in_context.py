@@ -1,8 +1,8 @@
 """A stand-in for the trainer's TrainContext over a tmp dir: a test double of the user-code contract.
 
 Implements exactly what the contract promises user code (rank, world size, report with a
-checkpoint directory, make_checkpoint_dir, latest_checkpoint, should_stop, shard,
-get_dataset_shard), so the examples can be tested without the trainer.
+checkpoint directory, make_checkpoint_dir, latest_checkpoint, init_checkpoint, should_stop,
+shard, get_dataset_shard), so the examples can be tested without the trainer.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from pathlib import Path
 class StandInContext:
     def __init__(self, root: Path, config: dict, rank: int = 0, world_size: int = 1,
                  latest_checkpoint: Path | None = None, stop_after_calls: int | None = None,
-                 datasets: dict | None = None) -> None:
+                 datasets: dict | None = None, init_checkpoint: Path | None = None) -> None:
         self.root = Path(root)
         self.config = config
         self.rank, self.local_rank, self.world_size = rank, rank, world_size
         self.run_name = "runs/test"
         self.device = "cpu"
         self.latest_checkpoint = latest_checkpoint
+        self.init_checkpoint = init_checkpoint
         self.reports: list[dict] = []
         self.checkpoints: list[Path] = []
         self.stop_checks = 0

@@ -67,6 +67,29 @@ def test_resume_of_a_finished_run_trains_nothing(tmp_path):
     assert again.reports == []
 
 
+def test_fine_tune_starts_from_the_init_checkpoint_weights_unless_resuming(tmp_path):
+    config = {"epochs": 2, "batch_size": 64, "lr": 0.05, "hidden_sizes": [32]}
+    baseline = StandInContext(tmp_path / "baseline", config)
+    digits_mlp.train(config, baseline)
+    fresh = StandInContext(tmp_path / "fresh", {**config, "epochs": 1})
+    digits_mlp.train({**config, "epochs": 1}, fresh)
+
+    tuned = StandInContext(tmp_path / "tuned", {**config, "epochs": 1}, init_checkpoint=baseline.checkpoints[-1])
+    digits_mlp.train({**config, "epochs": 1}, tuned)
+    assert [r["epoch"] for r in tuned.reports] == [1.0], "the fine-tune counts its own epochs"
+    assert tuned.reports[0]["val_loss"] < fresh.reports[0]["val_loss"], "it started from the baseline's weights"
+
+    # A retry has its own checkpoint: that is what it resumes from, not the baseline.
+    retry = StandInContext(tmp_path / "retry", config, latest_checkpoint=tuned.checkpoints[-1],
+                           init_checkpoint=baseline.checkpoints[-1])
+    digits_mlp.train(config, retry)
+    assert [r["epoch"] for r in retry.reports] == [2.0]
+
+    bad = StandInContext(tmp_path / "bad", config, init_checkpoint=tmp_path)
+    with pytest.raises(ValueError, match="has no model.pdparams"):
+        digits_mlp.train(config, bad)
+
+
 def test_stop_is_honoured_between_steps(tmp_path):
     config = {"epochs": 5, "batch_size": 64}
     # 1437 // 64 = 22 steps per epoch: stop during the second epoch.
