@@ -15,19 +15,16 @@ without a checkpoint, a model version not exported.
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common import entrypoints, errors, packages
+from paddleray.services.common import entrypoints, errors, names, packages
 from paddleray.services.scheduler.packages import PackageStore
 from paddleray.services.scheduler.store import JobStore
 
-_JOB = re.compile(r"jobs/([a-z][a-z0-9-]{0,62})")
-_MODEL_VERSION = re.compile(r"models/([A-Za-z0-9][A-Za-z0-9._-]{0,127})/versions/([A-Za-z0-9][A-Za-z0-9._-]{0,63})")
 # What the exporter writes into every model version's directory.
 _MODEL_MANIFEST = "manifest.json"
 
@@ -74,10 +71,7 @@ class JobInputs:
         raise errors.InvalidArgument(field, "set one of checkpoint_uri, job or model_version")
 
     async def _job_checkpoint(self, name: str, field: str) -> str:
-        match = _JOB.fullmatch(name)
-        if match is None:
-            raise errors.InvalidArgument(field, "must be 'jobs/{job_id}'")
-        record = await self.jobs.get(match.group(1))
+        record = await self.jobs.get(names.JOB.parse_one(name, field))
         if record is None:
             raise errors.FailedPrecondition(f"{field}: {name} does not exist")
         for checkpoint in [*await self._best(record.job), record.job.latest_checkpoint]:
@@ -101,11 +95,8 @@ class JobInputs:
         return sorted(found, key=lambda c: sign * c.metrics[policy.best_metric])
 
     async def _model_version(self, name: str, field: str) -> str:
-        match = _MODEL_VERSION.fullmatch(name)
-        if match is None:
-            raise errors.InvalidArgument(field, "must be 'models/{model}/versions/{version}'")
-        model, version = match.groups()
-        path = self.storage_root / "models" / model / "versions" / version
+        ids = names.MODEL_VERSION.parse(name, field)
+        path = self.storage_root / "models" / ids["model"] / "versions" / ids["version"]
         if not await asyncio.to_thread((path / _MODEL_MANIFEST).is_file):
             raise errors.FailedPrecondition(f"{field}: {name} has not been exported (no {path / _MODEL_MANIFEST})")
         return str(path)

@@ -20,7 +20,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import entrypoints, errors, packages
+from paddleray.services.common import entrypoints, errors, names, packages
 from paddleray.services.trainer.backend import validate_gpu_request
 from paddleray.services.trainer.checkpoints import RetentionPolicy, read_checkpoint
 
@@ -214,10 +214,9 @@ def _init_from(init_from: common_pb2.InitFrom, storage_root: str | Path) -> str:
     elif source == "checkpoint_uri":
         path, field = Path(init_from.checkpoint_uri), f"{field}.checkpoint_uri"
     elif source == "model_version":
-        model, _, version = init_from.model_version.removeprefix("models/").partition("/versions/")
-        if not model or not version or "/" in model or "/" in version or ".." in (model, version):
-            raise errors.InvalidArgument(f"{field}.model_version", "must be 'models/{model}/versions/{version}'")
-        path, field = Path(storage_root) / "models" / model / "versions" / version, f"{field}.model_version"
+        field = f"{field}.model_version"
+        ids = names.MODEL_VERSION.parse(init_from.model_version, field)
+        path = Path(storage_root) / "models" / ids["model"] / "versions" / ids["version"]
     elif source == "job":
         raise errors.InvalidArgument(
             f"{field}.job", "is resolved by the scheduler; StartRun takes resolved_uri or checkpoint_uri"

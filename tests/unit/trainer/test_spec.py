@@ -91,3 +91,30 @@ def test_pool_keys_match_for_equal_shapes_only():
 def test_bad_run_ids(run_id):
     with pytest.raises(errors.InvalidArgument, match="^run_id"):
         check_run_id(run_id)
+
+
+def test_init_from_becomes_the_init_checkpoint(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    checkpoint = str(CheckpointStore(tmp_path / "ckpt").commit(source, step=3, epoch=3, metrics={}).path)
+    version = tmp_path / "models" / "digits" / "versions" / "2"
+    version.mkdir(parents=True)
+    (version / "manifest.json").write_text("{}")
+
+    def init(**fields):
+        return run_spec(_spec(init_from=common_pb2.InitFrom(**fields)), ALLOW, storage_root=tmp_path).init_from
+
+    assert run_spec(_spec(), ALLOW).init_from is None
+    assert init(checkpoint_uri=checkpoint) == checkpoint
+    assert init(job="jobs/base", resolved_uri=checkpoint) == checkpoint, "what the scheduler resolved"
+    assert init(model_version="models/digits/versions/2") == str(version)
+    for fields, field in [
+        ({"job": "jobs/base"}, "spec.init_from.job"),
+        ({"checkpoint_uri": str(tmp_path)}, "spec.init_from.checkpoint_uri"),
+        ({"model_version": "models/digits/versions/9"}, "spec.init_from.model_version"),
+        ({"model_version": "models/../versions/1"}, "spec.init_from.model_version"),
+        ({}, "spec.init_from"),
+    ]:
+        with pytest.raises(errors.InvalidArgument) as raised:
+            init(**fields)
+        assert raised.value.field == field
