@@ -14,10 +14,11 @@ from grpc import aio
 from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
-from paddleray.scheduler.v1 import job_pb2, package_service_pb2_grpc
+from paddleray.scheduler.v1 import experiment_pb2, job_pb2, package_service_pb2_grpc
+from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.scheduler.v1 import package_service_pb2 as pb
 from paddleray.services.client.packaging import build_package, upload_package
-from paddleray.services.common import packages
+from paddleray.services.common import errors, packages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -220,3 +221,14 @@ async def test_init_from_is_resolved_once_at_create(stack_factory, tmp_path):
                 await stack.create(job)
             assert refused.value.code() == code, refused.value.details()
             assert field in refused.value.details()
+
+
+
+async def test_a_sweep_template_is_checked_like_create_job(stack_factory, tmp_path):
+    async with stack_factory(storage_root=tmp_path / "storage") as stack:
+        template = _package_job("paddleray://packages/sha256-" + "1" * 64)
+        experiment = experiment_pb2.Experiment(trial_template=template, metric="loss", mode=common_pb2.METRIC_MODE_MIN)
+        experiment.search_space.parameters["lr"].grid.values.add().number_value = 0.1
+        with pytest.raises(errors.FailedPrecondition, match=r"^experiment\.trial_template\.spec\.runtime_env\.working_dir"):
+            await stack.app.experiments.create(experiment)
+        assert (await stack.stub.ListJobs(js.ListJobsRequest())).jobs == []
