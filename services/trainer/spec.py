@@ -183,9 +183,7 @@ def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> EnvSpec:
             )
         package_zip = str(path)
     elif env.working_dir and "://" not in env.working_dir and not Path(env.working_dir).exists():
-        raise errors.InvalidArgument(
-            "spec.runtime_env.working_dir", "must be a directory the trainer can read, or a URI that Ray accepts"
-        )
+        raise errors.InvalidArgument(field, "must be a directory the trainer can read, or a URI that Ray accepts")
     if any(not key for key in env.env_vars):
         raise errors.InvalidArgument("spec.runtime_env.env_vars", "names must be non-empty")
     return EnvSpec(

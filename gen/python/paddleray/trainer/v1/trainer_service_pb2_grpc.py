@@ -78,8 +78,10 @@ class TrainerServiceServicer:
 
     def StartRun(self, request, context):
         """Starts a run. Errors: INVALID_ARGUMENT names the field and the rule (entrypoint form,
-        fractional GPUs with more than one worker, ...); PERMISSION_DENIED when the entrypoint's
-        module is outside the allowlist; a repeated request_id returns the run first started.
+        fractional GPUs with more than one worker, an init_from that is no checkpoint, ...);
+        PERMISSION_DENIED when the entrypoint's module is neither under the allowlist nor a file of
+        the run's package; FAILED_PRECONDITION when runtime_env.working_dir names a package that is
+        not under the trainer's storage root; a repeated request_id returns the run first started.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
