@@ -232,3 +232,23 @@ async def test_a_sweep_template_is_checked_like_create_job(stack_factory, tmp_pa
         with pytest.raises(errors.FailedPrecondition, match=r"^experiment\.trial_template\.spec\.runtime_env\.working_dir"):
             await stack.app.experiments.create(experiment)
         assert (await stack.stub.ListJobs(js.ListJobsRequest())).jobs == []
+
+
+async def test_uploads_need_the_token_when_the_scheduler_has_one(stack_factory, tmp_path):
+    root = _project(tmp_path / "project")
+
+    def upload(metadata):
+        with grpc.insecure_channel(stack.address) as channel:
+            return upload_package(channel, root, metadata)
+
+    async with stack_factory(storage_root=tmp_path / "storage", auth_token="s3cret") as stack:
+        with pytest.raises(grpc.RpcError) as refused:
+            await asyncio.to_thread(upload, None)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        data = build_package(root).data
+        with pytest.raises(grpc.RpcError) as streamed:
+            await asyncio.to_thread(_raw_upload, stack.address, [_header(data), pb.UploadPackageRequest(chunk=data)])
+        assert streamed.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert not (tmp_path / "storage" / "packages").exists()
+        uri = await asyncio.to_thread(upload, [("authorization", "Bearer s3cret")])
+        assert uri == build_package(root).uri
