@@ -5,6 +5,8 @@ Built inside the event loop (grpc.aio channels bind to the loop that creates the
 
 from __future__ import annotations
 
+import asyncio
+
 import redis.asyncio as aioredis
 
 from paddleray.services.scheduler.dispatcher import Dispatcher
@@ -35,6 +37,7 @@ class SchedulerApp:
         self.experiments.register(self.manager.hooks)
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.packages.remove_stale_uploads)
         if self.settings.dispatch:
             await self.dispatcher.start()
         self.experiments.start()

@@ -38,7 +38,7 @@ class JobInputs:
         self.allowlist = list(allowlist)
 
     async def prepare(self, spec: common_pb2.TrainingSpec, field: str) -> common_pb2.TrainingSpec:
-        """The spec to store: checked, with init_from resolved (a copy; `spec` is unchanged)."""
+        """The spec to store: checked, with init_from resolved (then a copy; `spec` is unchanged)."""
         files = None
         working_dir = spec.runtime_env.working_dir
         if packages.is_package_uri(working_dir):
@@ -51,10 +51,11 @@ class JobInputs:
                 )
             packages.check_no_shadowing(files, sys.modules, where)
         entrypoints.check_entrypoint(spec.entrypoint, self.allowlist, files, f"{field}.entrypoint")
+        if not spec.HasField("init_from"):
+            return spec  # CreateJob's common case: no copy
         prepared = common_pb2.TrainingSpec()
         prepared.CopyFrom(spec)
-        if spec.HasField("init_from"):
-            prepared.init_from.resolved_uri = await self._resolve(spec.init_from, f"{field}.init_from")
+        prepared.init_from.resolved_uri = await self._resolve(spec.init_from, f"{field}.init_from")
         return prepared
 
     async def _resolve(self, init_from: common_pb2.InitFrom, field: str) -> str:

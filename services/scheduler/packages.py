@@ -11,9 +11,11 @@ rename identical bytes onto one name, and nothing ever rewrites a stored package
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
+import time
 import uuid
 import zipfile
 from collections.abc import AsyncIterator
@@ -27,6 +29,9 @@ from paddleray.services.common import errors, packages
 log = logging.getLogger(__name__)
 
 _TMP_PREFIX = ".tmp-"
+# An upload's temporary file older than this was left by a scheduler that died mid-upload
+# (an upload in progress, of this replica or another, writes to its file all along).
+_STALE_UPLOAD_S = 3600.0
 # Writes are batched to about this size before going to a thread (chunks are usually 1 MiB).
 _WRITE_BATCH = 4 << 20
 
@@ -36,6 +41,17 @@ class PackageStore:
         self.storage_root = Path(storage_root)
         self.directory = packages.directory(storage_root)
         self.max_bytes = max_bytes
+
+    def remove_stale_uploads(self, now: float | None = None) -> int:
+        """Deletes temporary files of uploads that cannot finish any more; returns how many."""
+        now = time.time() if now is None else now
+        removed = 0
+        for tmp in self.directory.glob(f"{_TMP_PREFIX}*"):
+            with contextlib.suppress(FileNotFoundError):
+                if now - tmp.stat().st_mtime > _STALE_UPLOAD_S:
+                    tmp.unlink()
+                    removed += 1
+        return removed
 
     def path(self, digest: str) -> Path:
         return packages.zip_path(self.storage_root, digest)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import os
+import time
 import zipfile
 
 import grpc
@@ -19,6 +21,7 @@ from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.scheduler.v1 import package_service_pb2 as pb
 from paddleray.services.client.packaging import build_package, upload_package
 from paddleray.services.common import errors, packages
+from paddleray.services.scheduler.packages import PackageStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -252,3 +255,17 @@ async def test_uploads_need_the_token_when_the_scheduler_has_one(stack_factory, 
         assert not (tmp_path / "storage" / "packages").exists()
         uri = await asyncio.to_thread(upload, [("authorization", "Bearer s3cret")])
         assert uri == build_package(root).uri
+
+
+def test_stale_upload_files_are_removed(tmp_path):
+    store = PackageStore(tmp_path, max_bytes=1024)
+    store.directory.mkdir()
+    stale, fresh = store.directory / ".tmp-old.zip", store.directory / ".tmp-new.zip"
+    stale.write_bytes(b"x")
+    fresh.write_bytes(b"x")
+    kept = store.directory / ("sha256-" + "a" * 64 + ".zip")
+    kept.write_bytes(b"x")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    os.utime(kept, (time.time() - 7200, time.time() - 7200))
+    assert store.remove_stale_uploads() == 1
+    assert sorted(p.name for p in store.directory.iterdir()) == sorted([fresh.name, kept.name])
