@@ -87,7 +87,7 @@ def test_the_scheduler_reaches_the_trainer_service_and_storage_is_shared():
     trainer_service = _by_kind("Service")[host]
     assert int(port) in {p["port"] for p in trainer_service["spec"]["ports"]}
     claims = set(_by_kind("PersistentVolumeClaim"))
-    for service in ("trainer", "exporter"):
+    for service in ("scheduler", "trainer", "exporter"):  # the scheduler stores code packages there
         deployment = _by_kind("Deployment")[f"paddleray-{service}"]
         volumes = deployment["spec"]["template"]["spec"]["volumes"]
         assert {v["persistentVolumeClaim"]["claimName"] for v in volumes} <= claims
@@ -96,3 +96,13 @@ def test_the_scheduler_reaches_the_trainer_service_and_storage_is_shared():
         assert env[f"PADDLERAY_{service.upper()}_STORAGE_ROOT"] in mounts
     [claim] = claims
     assert _by_kind("PersistentVolumeClaim")[claim]["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_the_scheduler_checks_the_trainers_allowlist():
+    allowlists = {
+        service: {e["name"]: e.get("value") for e in _container(service)["env"]}[
+            f"PADDLERAY_{service.upper()}_ENTRYPOINT_ALLOWLIST"
+        ]
+        for service in ("scheduler", "trainer")
+    }
+    assert allowlists["scheduler"] == allowlists["trainer"]
