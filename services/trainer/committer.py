@@ -28,6 +28,10 @@ _MAX_COMMITS = 2
 _MAX_QUEUED = 10_000
 
 
+class CommitFailed(RuntimeError):
+    """A checkpoint commit failed: the trainer's failure, raised in the training thread."""
+
+
 class BackgroundCommitter(Generic[Item]):  # noqa: UP046 - Python 3.11 has no class type parameters
     def __init__(self, sink: Callable[[Item], None], name: str = "checkpoint-commit") -> None:
         self._sink = sink
@@ -82,7 +86,7 @@ class BackgroundCommitter(Generic[Item]):  # noqa: UP046 - Python 3.11 has no cl
 
     def raise_failure(self) -> None:
         if self._failure is not None:
-            raise RuntimeError(f"a checkpoint commit failed: {self._failure}") from self._failure
+            raise CommitFailed(f"a checkpoint commit failed: {self._failure}") from self._failure
 
     def _work(self) -> None:
         while (entry := self._jobs.get()) is not None:

@@ -2,29 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
-from google.protobuf import duration_pb2, json_format, timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.logs import LogLine
+from paddleray.services.trainer.records import (
+    CheckpointRecord,
+    Failure,
+    MetricsReport,
+    RunEvent,
+    RunState,
+    StateChange,
+)
 from paddleray.services.trainer.trainer import ClusterResources, Resources
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
 
 _STREAMS = {"stdout": common_pb2.LOG_STREAM_STDOUT, "stderr": common_pb2.LOG_STREAM_STDERR}
 
 
-def state_to_proto(state: str) -> int:
-    return run_pb2.RunState.Value(f"RUN_STATE_{state}")
+def state_to_proto(state: RunState) -> run_pb2.RunState:
+    return cast(run_pb2.RunState, run_pb2.RunState.Value(f"RUN_STATE_{state.value}"))
 
 
-def state_from_proto(value: int) -> str:
+def state_from_proto(value: int) -> RunState:
     # Proto3 enums are open: a newer client may send a number this build does not know.
-    if value not in run_pb2.RunState.values():
+    if value not in run_pb2.RunState.values() or value == run_pb2.RUN_STATE_UNSPECIFIED:
         raise errors.InvalidArgument("states", f"{value} is not a run state")
-    return run_pb2.RunState.Name(value).removeprefix("RUN_STATE_")
+    return RunState(run_pb2.RunState.Name(value).removeprefix("RUN_STATE_"))
 
 
 def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
@@ -37,17 +45,28 @@ def duration_seconds(duration: duration_pb2.Duration) -> float:
     return duration.seconds + duration.nanos / 1e9
 
 
-def checkpoint(data: dict[str, Any]) -> common_pb2.Checkpoint:
+def checkpoint(record: CheckpointRecord) -> common_pb2.Checkpoint:
     return common_pb2.Checkpoint(
-        uri=data["path"], step=data["step"], epoch=data["epoch"], metrics=data["metrics"],
-        create_time=timestamp(data["create_time"]),
+        uri=record.path, step=record.step, epoch=record.epoch, metrics=record.metrics,
+        create_time=timestamp(record.create_time),
     )
+
+
+def failure(value: Failure) -> common_pb2.Failure:
+    message = common_pb2.Failure(
+        kind=cast(common_pb2.FailureKind, common_pb2.FailureKind.Value(f"FAILURE_KIND_{value.kind.value}")),
+        message=value.message,
+        traceback=value.traceback,
+    )
+    if value.rank is not None:
+        message.rank = value.rank
+    return message
 
 
 def run(record: runs.RunRecord) -> run_pb2.Run:
     message = run_pb2.Run(
         name=record.name,
-        spec=record.training_spec(),
+        spec=record.spec,
         job=record.job,
         state=state_to_proto(record.state),
         state_reason=record.state_reason,
@@ -55,7 +74,7 @@ def run(record: runs.RunRecord) -> run_pb2.Run:
         create_time=timestamp(record.create_time),
         workers=[
             run_pb2.Worker(
-                rank=rank, local_rank=w["local_rank"], node_id=w["node_id"], gpu_ids=w["gpu_ids"], warm=w["warm"]
+                rank=rank, local_rank=w.local_rank, node_id=w.node_id, gpu_ids=list(w.gpu_ids), warm=w.warm
             )
             for rank, w in enumerate(record.workers)
         ],
@@ -63,7 +82,9 @@ def run(record: runs.RunRecord) -> run_pb2.Run:
     if record.timeout_s is not None:
         message.timeout.FromNanoseconds(int(record.timeout_s * 1e9))
     if record.resume_from is not None:
-        json_format.ParseDict(record.resume_from, message.resume_from)
+        message.resume_from.CopyFrom(record.resume_from)
+    if record.failure is not None:
+        message.failure.CopyFrom(failure(record.failure))
     if record.latest_metrics is not None:
         message.latest_metrics.CopyFrom(metrics_report(record.latest_metrics))
     if record.latest_checkpoint is not None:
@@ -77,22 +98,25 @@ def run(record: runs.RunRecord) -> run_pb2.Run:
     return message
 
 
-def metrics_report(data: dict[str, Any]) -> common_pb2.MetricsReport:
-    return common_pb2.MetricsReport(step=data["step"], metrics=data["metrics"])
+def metrics_report(report: MetricsReport) -> common_pb2.MetricsReport:
+    return common_pb2.MetricsReport(step=report.step, metrics=report.metrics)
 
 
-def event(e: runs.RunEvent) -> run_pb2.RunEvent:
+def event(e: RunEvent) -> run_pb2.RunEvent:
     message = run_pb2.RunEvent(sequence=e.sequence, time=timestamp(e.time))
-    if e.kind == "state":
-        message.state_change.CopyFrom(
-            run_pb2.RunStateChange(
-                from_state=state_to_proto(e.data["from"]), to_state=state_to_proto(e.data["to"]), reason=e.data["reason"]
-            )
+    payload = e.payload
+    if isinstance(payload, StateChange):
+        change = run_pb2.RunStateChange(
+            from_state=state_to_proto(payload.from_state), to_state=state_to_proto(payload.to_state),
+            reason=payload.reason,
         )
-    elif e.kind == "metrics":
-        message.metrics.CopyFrom(metrics_report(e.data))
+        if payload.failure is not None:
+            change.failure.CopyFrom(failure(payload.failure))
+        message.state_change.CopyFrom(change)
+    elif isinstance(payload, MetricsReport):
+        message.metrics.CopyFrom(metrics_report(payload))
     else:
-        message.checkpoint.CopyFrom(checkpoint(e.data))
+        message.checkpoint.CopyFrom(checkpoint(payload))
     return message
 
 

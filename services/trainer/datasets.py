@@ -12,6 +12,7 @@ path fails the request, not the run later); `open_dataset_shards` resolves and o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ def read_dataset(dataset: ResolvedDataset):
     """The dataset as a lazy ray.data.Dataset."""
     import ray.data
 
-    readers = {"parquet": _read_parquet, "csv": ray.data.read_csv, "npy": _read_numpy}
+    readers: dict[str, Callable[..., Any]] = {"parquet": _read_parquet, "csv": ray.data.read_csv, "npy": _read_numpy}
     # No extension filter: the format was decided from the spec, whatever the file is named.
     return readers[dataset.format](dataset.location, file_extensions=None, **_READ_REMOTE_ARGS)
 

@@ -16,6 +16,7 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -24,6 +25,7 @@ from paddleray.services.trainer.backend import PaddleBackendConfig
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore
 from paddleray.services.trainer.context import ContextSpec, Report, RunPaths
 from paddleray.services.trainer.pool import WorkerPool
+from paddleray.services.trainer.records import Failure, FailureKind, RunState
 from paddleray.services.trainer.spec import RunSpec
 from paddleray.services.trainer.worker import Outcome
 from paddleray.services.trainer.worker_group import WorkerGroup, bundle
@@ -42,9 +44,13 @@ _PLACEMENT_HINT_EVERY_S = 10.0
 
 @dataclass(frozen=True)
 class StopRequest:
-    state: str  # runs.STOPPED or runs.TIMED_OUT
+    state: RunState  # STOPPED or TIMED_OUT
     reason: str
     grace_s: float
+
+    @property
+    def kind(self) -> FailureKind:
+        return FailureKind.TIMEOUT if self.state == RunState.TIMED_OUT else FailureKind.STOPPED
 
 
 class RunExecutor:
@@ -73,10 +79,10 @@ class RunExecutor:
         self._best: CheckpointInfo | None = None
         self.group: WorkerGroup | None = None
 
-    def request_stop(self, state: str, reason: str, grace_s: float) -> None:
+    def request_stop(self, state: RunState, reason: str, grace_s: float) -> None:
         if self._stop is None:
             self._stop = StopRequest(state, reason, grace_s)
-            self._registry.transition(self.run_id, runs.STOPPING, reason)
+            self._registry.transition(self.run_id, RunState.STOPPING, reason)
             self._stop_asked.set()
 
     async def run(self) -> None:
@@ -86,7 +92,7 @@ class RunExecutor:
             timer = asyncio.get_running_loop().call_later(
                 self.spec.timeout_s,
                 lambda: self.request_stop(
-                    runs.TIMED_OUT, f"ran past its timeout of {self.spec.timeout_s:g}s", self._timeout_grace_s
+                    RunState.TIMED_OUT, f"ran past its timeout of {self.spec.timeout_s:g}s", self._timeout_grace_s
                 ),
             )
         group: WorkerGroup | None = None
@@ -95,20 +101,22 @@ class RunExecutor:
             group, warm = await self._acquire()
             self.group = group
             if group is None:
-                return self._end(runs.STOPPED, "before its workers started")
-            self._registry.transition(self.run_id, runs.STARTING, "worker group placed")
-            self._registry.set_workers(self.run_id, [{**w, "warm": warm} for w in group.workers])
+                return self._end(RunState.STOPPED, "before its workers started")
+            self._registry.transition(self.run_id, RunState.STARTING, "worker group placed")
+            self._registry.set_workers(self.run_id, [replace(w, warm=warm) for w in group.workers])
             await self._start_ranks(group)
-            self._registry.transition(self.run_id, runs.RUNNING, "user code started on every rank")
+            self._registry.transition(self.run_id, RunState.RUNNING, "user code started on every rank")
             metrics.TIME_TO_FIRST_LINE.labels(warm=str(warm).lower()).observe(time.monotonic() - created)
-            state, reason, reusable = await self._supervise(group)
-            self._end(state, reason)
+            state, reason, failure, reusable = await self._supervise(group)
+            self._end(state, reason, failure)
         except asyncio.CancelledError:
-            self._end(runs.STOPPED, "" if self._stop else "the trainer shut down")
+            reason = "" if self._stop else "the trainer shut down"
+            self._end(RunState.STOPPED, reason, Failure(FailureKind.STOPPED, reason or "stopped"))
             raise
         except Exception as exc:  # noqa: BLE001 - the run fails with the cause; the service stays up
             log.exception("run %s failed in the trainer", self.run_id)
-            self._end(runs.FAILED, f"trainer error: {type(exc).__name__}: {exc}"[:_CAUSE_CHARS])
+            reason = f"trainer error: {type(exc).__name__}: {exc}"[:_CAUSE_CHARS]
+            self._end(RunState.FAILED, reason, Failure(FailureKind.TRAINER_ERROR, reason))
         finally:
             if timer is not None:
                 timer.cancel()
@@ -118,12 +126,15 @@ class RunExecutor:
                 metrics.SAMPLES_PER_SECOND.remove(self.run_id)
             shutil.rmtree(self._paths.staging, ignore_errors=True)
 
-    def _end(self, state: str, reason: str) -> None:
+    def _end(self, state: RunState, reason: str, failure: Failure | None = None) -> None:
         """Moves the run to its terminal state; a stop that was asked decides the state."""
         self._sync_checkpoints()
         if self._stop is not None:
             state, reason = self._stop.state, f"{self._stop.reason}{reason and '; ' + reason}"
-        self._registry.transition(self.run_id, state, reason)
+            failure = Failure(self._stop.kind, reason)
+        elif state == RunState.STOPPED and failure is None:
+            failure = Failure(FailureKind.STOPPED, reason)
+        self._registry.transition(self.run_id, state, reason, failure)
 
     def _sync_checkpoints(self) -> None:
         """Records a checkpoint committed on disk whose report was not polled (its worker died)."""
@@ -133,7 +144,7 @@ class RunExecutor:
         """The worker group, or None when a stop came first. Cancelling frees what it took."""
 
         def placed() -> None:
-            self._registry.transition(self.run_id, runs.STARTING, "placement group ready; starting workers")
+            self._registry.transition(self.run_id, RunState.STARTING, "placement group ready; starting workers")
 
         acquiring = asyncio.ensure_future(self._pool.acquire(self.spec.group, on_placed=placed))
         stopped = asyncio.ensure_future(self._stop_asked.wait())
@@ -158,7 +169,7 @@ class RunExecutor:
 
     async def _explain_pending(self) -> None:
         """Says in the PENDING run's state_reason which resources its placement waits for."""
-        if self._registry.get(self.run_id).state != runs.PENDING:
+        if self._registry.get(self.run_id).state != RunState.PENDING:
             return
         try:
             total, available, nodes = await asyncio.to_thread(placement.cluster_view)
@@ -172,10 +183,10 @@ class RunExecutor:
         hint = placement.placement_hint(
             bundle(group.resources), group.num_workers, group.strategy, total, available, nodes
         )
-        self._registry.explain(self.run_id, runs.PENDING, hint)
+        self._registry.explain(self.run_id, RunState.PENDING, hint)
 
     async def _start_ranks(self, group: WorkerGroup) -> None:
-        shards: list[dict] = [{} for _ in group.actors]
+        shards: list[dict[str, Any]] = [{} for _ in group.actors]
         if self.spec.datasets:
             from paddleray.services.trainer.datasets import open_dataset_shards
 
@@ -199,37 +210,42 @@ class RunExecutor:
             *(
                 actor.start.remote(
                     self.spec.entrypoint,
-                    replace(base, rank=rank, local_rank=group.workers[rank]["local_rank"], dataset_shards=shards[rank]),
+                    replace(base, rank=rank, local_rank=group.workers[rank].local_rank, dataset_shards=shards[rank]),
                     self.spec.package_entrypoint,
                 )
                 for rank, actor in enumerate(group.actors)
             )
         )
 
-    async def _supervise(self, group: WorkerGroup) -> tuple[str, str, bool]:
-        """Waits for every rank; returns (state, reason, whether the group may be reused)."""
-        followers = {asyncio.ensure_future(self._follow(actor)): rank for rank, actor in enumerate(group.actors)}
-        timer = asyncio.ensure_future(self._stop_asked.wait())
-        stopping, failure = False, ""
+    async def _supervise(self, group: WorkerGroup) -> tuple[RunState, str, Failure | None, bool]:
+        """Waits for every rank; returns (state, reason, failure, whether the group may be reused)."""
+        followers: dict[asyncio.Future, int] = {
+            asyncio.ensure_future(self._follow(actor)): rank for rank, actor in enumerate(group.actors)
+        }
+        timer: asyncio.Future = asyncio.ensure_future(self._stop_asked.wait())
+        stopping = False
         try:
             while followers:
                 done, _ = await asyncio.wait({*followers, timer}, return_when=asyncio.FIRST_COMPLETED)
                 for task in done & followers.keys():
                     failure = _failure(followers.pop(task), task)
-                    if failure:
+                    if failure is not None:
+                        reason = _reason(failure)
                         if not _died(task) and (death := await _first_death(followers)):
-                            failure = f"{death}\n(then {failure})"
+                            # The peer's death is the root cause; the raise was its echo.
+                            reason, failure = f"{_reason(death)}\n(then {reason})", death
                         group.kill()
-                        return runs.FAILED, failure, False
+                        return RunState.FAILED, reason, failure, False
                 if timer in done and followers:
+                    grace_s = self._stop.grace_s if self._stop is not None else 0.0
                     if stopping:
                         group.kill()
-                        return runs.STOPPED, f"killed after the {self._stop.grace_s:g}s grace period", False
+                        return RunState.STOPPED, f"killed after the {grace_s:g}s grace period", None, False
                     stopping = True
                     for actor in group.actors:
                         actor.request_stop.remote()
-                    timer = asyncio.ensure_future(asyncio.sleep(self._stop.grace_s))
-            return runs.SUCCEEDED, "", True
+                    timer = asyncio.ensure_future(asyncio.sleep(grace_s))
+            return RunState.SUCCEEDED, "", None, True
         finally:
             for task in [*followers, timer]:
                 task.cancel()
@@ -272,25 +288,39 @@ async def _abandon(acquiring: asyncio.Future, pool: WorkerPool) -> None:
         pool.release(acquiring.result()[0], reusable=False)
 
 
-def _failure(rank: int, task: asyncio.Future) -> str:
-    """Why a rank's follower ended badly, or "" when the rank's function returned."""
+def _failure(rank: int, task: asyncio.Future) -> Failure | None:
+    """Why a rank's follower ended badly, or None when the rank's function returned.
+
+    The worker's process dying (crash, OOM kill, node loss) is WORKER_LOST; Ray failing the
+    poll otherwise is the trainer's own error; the function raising is USER_CODE, unless it
+    was the trainer's checkpoint commit at the end of the function that failed."""
     try:
         outcome = task.result()
-    except ray.exceptions.RayActorError as exc:
-        return f"rank {rank} died: {_cause(exc)}"
+    except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError) as exc:
+        return Failure(FailureKind.WORKER_LOST, _cause(exc), rank)
     except ray.exceptions.RayError as exc:
-        return f"rank {rank} failed in its worker: {_cause(exc)}"
+        return Failure(FailureKind.TRAINER_ERROR, _cause(exc), rank)
     if outcome.ok:
-        return ""
-    return f"rank {rank} raised {outcome.error}\n{outcome.traceback}"
+        return None
+    kind = FailureKind.USER_CODE if outcome.user_code else FailureKind.TRAINER_ERROR
+    return Failure(kind, outcome.error, rank, outcome.traceback)
+
+
+def _reason(failure: Failure) -> str:
+    """The run's state_reason for a rank's failure (what it said before failures were data)."""
+    if failure.kind == FailureKind.WORKER_LOST:
+        return f"rank {failure.rank} died: {failure.message}"
+    if failure.kind == FailureKind.USER_CODE:
+        return f"rank {failure.rank} raised {failure.message}\n{failure.traceback}"
+    return f"rank {failure.rank} failed in its worker: {failure.message}\n{failure.traceback}".rstrip()
 
 
 def _died(task: asyncio.Future) -> bool:
     return isinstance(task.exception(), ray.exceptions.RayActorError)
 
 
-async def _first_death(followers: dict[asyncio.Future, int]) -> str:
-    """The failure of the first of `followers` to die within the wait, or ""."""
+async def _first_death(followers: dict[asyncio.Future, int]) -> Failure | None:
+    """The failure of the first of `followers` to die within the wait, or None."""
     deadline = time.monotonic() + _PEER_DEATH_WAIT_S
     pending = set(followers)
     while pending and (left := deadline - time.monotonic()) > 0:
@@ -298,7 +328,7 @@ async def _first_death(followers: dict[asyncio.Future, int]) -> str:
         for task in done:
             if _died(task):
                 return _failure(followers[task], task)
-    return ""
+    return None
 
 
 def _cause(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,46 +26,41 @@ from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors
 from paddleray.services.trainer import metrics
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
+from paddleray.services.trainer.records import (
+    TRANSITIONS,
+    CheckpointRecord,
+    Failure,
+    FailureKind,
+    MetricsReport,
+    Payload,
+    RunEvent,
+    RunState,
+    StateChange,
+    WorkerInfo,
+    checkpoint_from_json,
+    checkpoint_to_json,
+)
 from paddleray.services.trainer.spec import retention_policy
 
 log = logging.getLogger(__name__)
-
-PENDING, STARTING, RUNNING, STOPPING = "PENDING", "STARTING", "RUNNING", "STOPPING"
-SUCCEEDED, FAILED, STOPPED, TIMED_OUT = "SUCCEEDED", "FAILED", "STOPPED", "TIMED_OUT"
-TERMINAL = frozenset({SUCCEEDED, FAILED, STOPPED, TIMED_OUT})
-_ENDED_BY_STOP = {STOPPED, TIMED_OUT, FAILED}
-TRANSITIONS = {
-    PENDING: {STARTING, STOPPING, *_ENDED_BY_STOP},
-    STARTING: {RUNNING, STOPPING, *_ENDED_BY_STOP},
-    RUNNING: {STOPPING, SUCCEEDED, FAILED},
-    # Once a stop was asked, the run ends as the stop says, even if user code failed meanwhile.
-    STOPPING: {STOPPED, TIMED_OUT, FAILED},
-}
-
-
-@dataclass
-class RunEvent:
-    sequence: int
-    time: float
-    kind: str  # "state" | "metrics" | "checkpoint"
-    data: dict[str, Any]
 
 
 @dataclass
 class RunRecord:
     run_id: str
-    spec: dict[str, Any]  # the TrainingSpec as given, in proto JSON form
+    spec: common_pb2.TrainingSpec  # as given to StartRun
     job: str = ""
     request_id: str = ""
     timeout_s: float | None = None
-    resume_from: dict[str, Any] | None = None  # a Checkpoint in proto JSON form
+    resume_from: common_pb2.Checkpoint | None = None
     labels: dict[str, str] = field(default_factory=dict)
-    state: str = PENDING
+    state: RunState = RunState.PENDING
     state_reason: str = ""
-    workers: list[dict[str, Any]] = field(default_factory=list)
-    latest_metrics: dict[str, Any] | None = None  # {"step": int, "metrics": {...}}
-    latest_checkpoint: dict[str, Any] | None = None  # CheckpointInfo fields, path as str
-    best_checkpoint: dict[str, Any] | None = None
+    failure: Failure | None = None
+    workers: list[WorkerInfo] = field(default_factory=list)
+    latest_metrics: MetricsReport | None = None
+    latest_checkpoint: CheckpointRecord | None = None
+    best_checkpoint: CheckpointRecord | None = None
     create_time: float = field(default_factory=time.time)
     start_time: float | None = None
     end_time: float | None = None
@@ -76,14 +71,64 @@ class RunRecord:
 
     @property
     def terminal(self) -> bool:
-        return self.state in TERMINAL
+        return self.state.terminal
 
-    def training_spec(self) -> common_pb2.TrainingSpec:
-        return json_format.ParseDict(self.spec, common_pb2.TrainingSpec())
+    @property
+    def world_size(self) -> int:
+        return self.spec.num_workers or 1
+
+    # -- run.json: the spec and checkpoints in proto JSON, the rest as plain fields --------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "spec": json_format.MessageToDict(self.spec), "job": self.job,
+            "request_id": self.request_id, "timeout_s": self.timeout_s,
+            "resume_from": json_format.MessageToDict(self.resume_from) if self.resume_from is not None else None,
+            "labels": dict(self.labels), "state": self.state.value, "state_reason": self.state_reason,
+            "failure": self.failure.to_json() if self.failure is not None else None,
+            "workers": [w.to_json() for w in self.workers],
+            "latest_metrics": (
+                {"step": self.latest_metrics.step, "metrics": dict(self.latest_metrics.metrics)}
+                if self.latest_metrics is not None else None
+            ),
+            "latest_checkpoint": _checkpoint_json(self.latest_checkpoint),
+            "best_checkpoint": _checkpoint_json(self.best_checkpoint),
+            "create_time": self.create_time, "start_time": self.start_time, "end_time": self.end_time,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        resume = data.get("resume_from")
+        latest_metrics = data.get("latest_metrics")
+        return cls(
+            run_id=data["run_id"],
+            spec=json_format.ParseDict(data["spec"], common_pb2.TrainingSpec()),
+            job=data.get("job", ""),
+            request_id=data.get("request_id", ""),
+            timeout_s=data.get("timeout_s"),
+            resume_from=json_format.ParseDict(resume, common_pb2.Checkpoint()) if resume is not None else None,
+            labels=dict(data.get("labels", {})),
+            state=RunState(data["state"]),
+            state_reason=data.get("state_reason", ""),
+            failure=Failure.from_json(data.get("failure")),
+            workers=[WorkerInfo.from_json(w) for w in data.get("workers", [])],
+            latest_metrics=(
+                MetricsReport(int(latest_metrics["step"]), dict(latest_metrics["metrics"]))
+                if latest_metrics is not None else None
+            ),
+            latest_checkpoint=_checkpoint_record(data.get("latest_checkpoint")),
+            best_checkpoint=_checkpoint_record(data.get("best_checkpoint")),
+            create_time=float(data["create_time"]),
+            start_time=data.get("start_time"),
+            end_time=data.get("end_time"),
+        )
 
 
-def checkpoint_dict(info: CheckpointInfo) -> dict[str, Any]:
-    return {**info.manifest(), "path": str(info.path)}
+def _checkpoint_json(checkpoint: CheckpointRecord | None) -> dict[str, Any] | None:
+    return checkpoint_to_json(checkpoint) if checkpoint is not None else None
+
+
+def _checkpoint_record(data: dict[str, Any] | None) -> CheckpointRecord | None:
+    return checkpoint_from_json(data) if data is not None else None
 
 
 class RunRegistry:
@@ -140,49 +185,53 @@ class RunRegistry:
         self._changed[record.run_id] = asyncio.Event()
         if record.request_id:
             self._by_request[record.request_id] = record.run_id
-        self._emit(record, "state", {"from": "UNSPECIFIED", "to": record.state, "reason": "accepted"})
+        self._emit(record, StateChange(RunState.UNSPECIFIED, record.state, "accepted"))
         metrics.RUNS_BY_STATE.labels(state=record.state).inc()
         return record
 
-    def transition(self, run_id: str, state: str, reason: str = "") -> bool:
-        """Moves a run to `state`; False (and no change) when the state machine forbids it."""
+    def transition(self, run_id: str, state: RunState, reason: str = "", failure: Failure | None = None) -> bool:
+        """Moves a run to `state`; False (and no change) when the state machine forbids it.
+
+        `failure` says what ended a run that did not succeed; it is kept on the record and
+        carried by the state event."""
         record = self.get(run_id)
         if state not in TRANSITIONS.get(record.state, ()):
             return False
         previous, record.state, record.state_reason = record.state, state, reason
         now = time.time()
-        if state == RUNNING:
+        if state == RunState.RUNNING:
             record.start_time = now
-        if state in TERMINAL:
+        if state.terminal:
             record.end_time = now
+            record.failure = failure
         metrics.RUNS_BY_STATE.labels(state=previous).dec()
         metrics.RUNS_BY_STATE.labels(state=state).inc()
-        self._emit(record, "state", {"from": previous, "to": state, "reason": reason})
+        self._emit(record, StateChange(previous, state, reason, failure if state.terminal else None))
         log.info("run %s: %s -> %s %s", run_id, previous, state, reason)
         return True
 
-    def explain(self, run_id: str, state: str, reason: str) -> None:
+    def explain(self, run_id: str, state: RunState, reason: str) -> None:
         """Updates why a run is still in `state` (no event: the state did not change)."""
         record = self.get(run_id)
         if record.state == state and record.state_reason != reason:
             record.state_reason = reason
             self._save(record)
 
-    def set_workers(self, run_id: str, workers: list[dict[str, Any]]) -> None:
+    def set_workers(self, run_id: str, workers: list[WorkerInfo]) -> None:
         record = self.get(run_id)
         record.workers = workers
         self._save(record)
 
     def add_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
         record = self.get(run_id)
-        record.latest_metrics = {"step": step, "metrics": values}
-        self._emit(record, "metrics", record.latest_metrics)
+        record.latest_metrics = MetricsReport(step, dict(values))
+        self._emit(record, record.latest_metrics)
 
     def add_checkpoint(self, run_id: str, info: CheckpointInfo, best: CheckpointInfo | None) -> None:
         record = self.get(run_id)
-        record.latest_checkpoint = checkpoint_dict(info)
-        record.best_checkpoint = checkpoint_dict(best) if best is not None else None
-        self._emit(record, "checkpoint", record.latest_checkpoint)
+        record.latest_checkpoint = CheckpointRecord.of(info)
+        record.best_checkpoint = CheckpointRecord.of(best) if best is not None else None
+        self._emit(record, record.latest_checkpoint)
 
     def recover_checkpoint(self, run_id: str, store: CheckpointStore, policy: RetentionPolicy) -> None:
         """Records the newest checkpoint on disk if its report never arrived.
@@ -195,20 +244,20 @@ class RunRegistry:
         latest = store.latest()
         record = self.get(run_id)
         known = record.latest_checkpoint
-        if latest is None or (known is not None and known["path"] == str(latest.path)):
+        if latest is None or (known is not None and known.is_of(latest.path)):
             return
-        if record.latest_metrics is None or record.latest_metrics["step"] <= latest.step:
+        if record.latest_metrics is None or record.latest_metrics.step <= latest.step:
             self.add_metrics(run_id, latest.step, dict(latest.metrics))
         self.add_checkpoint(run_id, latest, store.best(policy))
 
-    def _emit(self, record: RunRecord, kind: str, data: dict[str, Any]) -> None:
+    def _emit(self, record: RunRecord, payload: Payload) -> None:
         events = self._events.get(record.run_id)
         if events is None:  # an ended run (nothing reports after the end, but stay correct)
             events = self._read_events(record.run_id)
-        event = RunEvent(len(events) + 1, time.time(), kind, data)
+        event = RunEvent(len(events) + 1, time.time(), payload)
         events.append(event)
         self._append_event(record.run_id, event)
-        if kind != "metrics":  # the record is saved again at every state change, metrics included
+        if not isinstance(payload, MetricsReport):  # the record is saved again at every state change, metrics included
             self._save(record)
         if record.terminal:
             self._events.pop(record.run_id, None)
@@ -221,14 +270,14 @@ class RunRegistry:
         directory = self._dir / record.run_id
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / "run.json.tmp"
-        tmp.write_text(json.dumps(asdict(record)))
+        tmp.write_text(json.dumps(record.to_json()))
         os.replace(tmp, directory / "run.json")
 
     def _append_event(self, run_id: str, event: RunEvent) -> None:
         directory = self._dir / run_id
         directory.mkdir(parents=True, exist_ok=True)
         with open(directory / "events.jsonl", "a") as f:
-            f.write(json.dumps(asdict(event)) + "\n")
+            f.write(json.dumps(event.to_json()) + "\n")
 
     def _read_events(self, run_id: str) -> list[RunEvent]:
         try:
@@ -238,8 +287,8 @@ class RunRegistry:
         events = []
         for line in lines:
             try:
-                events.append(RunEvent(**json.loads(line)))
-            except (ValueError, TypeError):  # a line cut short by a crash
+                events.append(RunEvent.from_json(json.loads(line)))
+            except (ValueError, TypeError, KeyError):  # a line cut short by a crash
                 log.warning("run %s: skipping an unreadable event line", run_id)
         return events
 
@@ -250,8 +299,8 @@ class RunRegistry:
         loaded = 0
         for run_json in sorted(self._dir.glob("*/run.json")):
             try:
-                record = RunRecord(**json.loads(run_json.read_text()))
-            except (OSError, ValueError, TypeError) as exc:
+                record = RunRecord.from_json(json.loads(run_json.read_text()))
+            except (OSError, ValueError, TypeError, KeyError, json_format.ParseError) as exc:
                 log.warning("skipping unreadable run record %s: %s", run_json, exc)
                 continue
             self._runs[record.run_id] = record
@@ -264,15 +313,15 @@ class RunRegistry:
             metrics.RUNS_BY_STATE.labels(state=record.state).inc()
             if not record.terminal:  # every active state may end in FAILED
                 self._recover_after_restart(record)
-                self.transition(record.run_id, FAILED, "the trainer restarted while the run was active")
+                reason = "the trainer restarted while the run was active"
+                self.transition(record.run_id, RunState.FAILED, reason, Failure(FailureKind.TRAINER_ERROR, reason))
             loaded += 1
         return loaded
 
-
     def _recover_after_restart(self, record: RunRecord) -> None:
         try:
-            policy = retention_policy(record.training_spec().checkpoint_policy)
-        except (errors.DomainError, json_format.ParseError, ValueError):  # a record edited by hand: latest only
+            policy = retention_policy(record.spec.checkpoint_policy)
+        except errors.DomainError:  # a record edited by hand: latest only
             policy = RetentionPolicy()
         self.recover_checkpoint(record.run_id, CheckpointStore(self._dir / record.run_id / "checkpoints"), policy)
 

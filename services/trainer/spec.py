@@ -9,13 +9,12 @@ stored zip under the shared storage root.
 from __future__ import annotations
 
 import math
-import re
 import sys
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from google.protobuf import json_format
 
@@ -24,7 +23,6 @@ from paddleray.services.common import entrypoints, errors, names, packages
 from paddleray.services.trainer.backend import validate_gpu_request
 from paddleray.services.trainer.checkpoints import RetentionPolicy, read_checkpoint
 
-_RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_WORKERS = 1024
 _STRATEGIES = {
@@ -99,11 +97,6 @@ class RunSpec:
 
 def check_entrypoint(entrypoint: str, allowlist: Sequence[str], package_files: Sequence[str] | None = None) -> bool:
     return entrypoints.check_entrypoint(entrypoint, allowlist, package_files)
-
-
-def check_run_id(run_id: str) -> None:
-    if not _RUN_ID.match(run_id):
-        raise errors.InvalidArgument("run_id", "must be 1-63 characters of [a-z0-9-], starting with a letter")
 
 
 def run_spec(
@@ -226,7 +219,7 @@ def _init_from(init_from: common_pb2.InitFrom, storage_root: str | Path) -> str:
     return str(path)
 
 
-def _strategy(value: int) -> str:
+def _strategy(value: common_pb2.PlacementStrategy) -> str:
     if value not in _STRATEGIES:
         raise errors.InvalidArgument("spec.placement_strategy", "must be one of PACK, SPREAD, STRICT_PACK, STRICT_SPREAD")
     return _STRATEGIES[value]
@@ -238,7 +231,8 @@ def retention_policy(policy: common_pb2.CheckpointPolicy) -> RetentionPolicy:
         raise errors.InvalidArgument(f"{prefix}.keep_last", "must be >= 0")
     if policy.keep_best < 0:
         raise errors.InvalidArgument(f"{prefix}.keep_best", "must be >= 0")
-    mode = {common_pb2.METRIC_MODE_MIN: "min", common_pb2.METRIC_MODE_MAX: "max"}.get(policy.best_mode)
+    modes: dict[int, Literal["min", "max"]] = {common_pb2.METRIC_MODE_MIN: "min", common_pb2.METRIC_MODE_MAX: "max"}
+    mode = modes.get(policy.best_mode)
     if policy.best_metric and mode is None:
         raise errors.InvalidArgument(f"{prefix}.best_mode", "must be MIN or MAX when best_metric is set")
     if policy.keep_best and not policy.best_metric:

@@ -7,8 +7,6 @@ refs or pushed to a thread.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import json
 import logging
 import uuid
@@ -18,24 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from google.protobuf import json_format
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors
-from paddleray.services.trainer import runs
+from paddleray.services.common import errors, names, paging
+from paddleray.services.trainer import ray_private, runs
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
 from paddleray.services.trainer.logs import LogLine, LogReader, next_batch
 from paddleray.services.trainer.pool import WorkerPool
+from paddleray.services.trainer.records import RunEvent, RunState
 from paddleray.services.trainer.settings import TrainerSettings
-from paddleray.services.trainer.spec import check_run_id, run_spec
+from paddleray.services.trainer.spec import run_spec
 from paddleray.services.trainer.worker_group import WorkerGroup
 
 log = logging.getLogger(__name__)
 
 _MAX_REQUEST_ID = 128
-_MAX_PAGE = 1000
-_DEFAULT_PAGE = 100
 
 
 @dataclass(frozen=True)
@@ -70,10 +66,7 @@ class ClusterResources:
 
 
 def parse_run_name(name: str) -> str:
-    prefix, _, run_id = name.partition("/")
-    if prefix != "runs" or not run_id:
-        raise errors.InvalidArgument("name", "must have the form 'runs/{run_id}'")
-    return run_id
+    return names.RUN.parse_one(name)
 
 
 class Trainer:
@@ -103,7 +96,7 @@ class Trainer:
     async def shutdown(self) -> None:
         """Ends active runs as STOPPED and frees every actor the trainer holds."""
         for executor in list(self._executors.values()):
-            executor.request_stop(runs.STOPPED, "the trainer is shutting down", 0)
+            executor.request_stop(RunState.STOPPED, "the trainer is shutting down", 0)
             if executor.group is not None:
                 executor.group.kill()
         tasks = list(self._tasks)
@@ -128,7 +121,7 @@ class Trainer:
         if request_id and (earlier := self.registry.by_request_id(request_id)) is not None:
             return earlier
         if run_id:
-            check_run_id(run_id)
+            names.check_id(run_id, "run_id")
         else:
             run_id = f"run-{uuid.uuid4().hex[:12]}"
         resume_uri = resume_from.uri if resume_from is not None else ""
@@ -144,11 +137,11 @@ class Trainer:
         record = self.registry.add(
             runs.RunRecord(
                 run_id=run_id,
-                spec=json_format.MessageToDict(spec),
+                spec=spec,
                 job=job,
                 request_id=request_id,
                 timeout_s=timeout_s,
-                resume_from=json_format.MessageToDict(resume_from) if resume_uri else None,
+                resume_from=resume_from if resume_uri else None,
                 labels=dict(labels or {}),
             )
         )
@@ -164,19 +157,19 @@ class Trainer:
         return self.registry.get(parse_run_name(name))
 
     def list_runs(
-        self, page_size: int = 0, page_token: str = "", states: Sequence[str] = (), job: str = ""
+        self, page_size: int = 0, page_token: str = "", states: Sequence[RunState] = (), job: str = ""
     ) -> tuple[list[runs.RunRecord], str]:
-        if not 0 <= page_size <= _MAX_PAGE:
-            raise errors.InvalidArgument("page_size", f"must be between 0 and {_MAX_PAGE}")
-        size = page_size or _DEFAULT_PAGE
+        size = paging.page_size(page_size)
+        filters = {"states": [s.value for s in states], "job": job}
         records = sorted(self.registry.all(), key=lambda r: (r.create_time, r.run_id), reverse=True)
         records = [r for r in records if (not states or r.state in states) and (not job or r.job == job)]
-        if page_token:
-            cursor = _decode_token(page_token)
+        position = paging.decode_page_token(page_token, filters, "ListRuns")
+        if position is not None:
+            cursor = _cursor(position)
             records = [r for r in records if (r.create_time, r.run_id) < cursor]
         page = records[:size]
         more = len(records) > size
-        return page, _encode_token(page[-1]) if more else ""
+        return page, paging.encode_page_token(_position(page[-1]), filters) if more else ""
 
     async def stop_run(self, name: str, grace_s: float | None = None, reason: str = "") -> runs.RunRecord:
         record = self.get_run(name)
@@ -186,10 +179,10 @@ class Trainer:
         if record.terminal or executor is None:
             return record
         grace = self.settings.stop_grace_s if grace_s is None else grace_s
-        executor.request_stop(runs.STOPPED, reason or "stopped by StopRun", grace)
+        executor.request_stop(RunState.STOPPED, reason or "stopped by StopRun", grace)
         return record
 
-    def watch(self, name: str, after_sequence: int = 0) -> AsyncIterator[runs.RunEvent]:
+    def watch(self, name: str, after_sequence: int = 0) -> AsyncIterator[RunEvent]:
         run_id = parse_run_name(name)
         self.registry.get(run_id)
         if after_sequence < 0:
@@ -202,7 +195,7 @@ class Trainer:
         record = self.get_run(name)
         if tail_lines < 0:
             raise errors.InvalidArgument("tail_lines", "must be >= 0")
-        world = int(record.spec.get("numWorkers", 1)) or 1
+        world = record.world_size
         if rank is not None and not 0 <= rank < world:
             raise errors.InvalidArgument("rank", f"must be between 0 and {world - 1}")
         reader = LogReader(RunPaths.of(self.storage_root, record.run_id).logs, [rank] if rank is not None else list(range(world)))
@@ -266,17 +259,18 @@ async def _batches(lines: Iterator[LogLine]) -> AsyncIterator[list[LogLine]]:
 
 
 def _ray_resources() -> tuple[dict, dict, list[dict[str, Any]], dict[str, dict]]:
-    from ray._private.state import available_resources_per_node
-
-    return ray.cluster_resources(), ray.available_resources(), ray.nodes(), available_resources_per_node()
-
-
-def _encode_token(record: runs.RunRecord) -> str:
-    return base64.urlsafe_b64encode(json.dumps([record.create_time, record.run_id]).encode()).decode()
+    return (ray.cluster_resources(), ray.available_resources(), ray.nodes(),
+            ray_private.available_resources_per_node())
 
 
-def _decode_token(token: str) -> tuple[float, str]:
-    with contextlib.suppress(ValueError, TypeError):
-        created, run_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+def _position(record: runs.RunRecord) -> str:
+    """ListRuns pages by (create_time, run_id), newest first: the last run of a page."""
+    return json.dumps([record.create_time, record.run_id])
+
+
+def _cursor(position: str) -> tuple[float, str]:
+    try:
+        created, run_id = json.loads(position)
         return float(created), str(run_id)
-    raise errors.InvalidArgument("page_token", "must be a token from a previous ListRuns response")
+    except (ValueError, TypeError):
+        raise errors.InvalidArgument("page_token", "not a token returned by ListRuns") from None

@@ -1,6 +1,10 @@
-"""WorkerActor: a stateless "run this function" executor, one Ray actor per rank.
+"""WorkerActor: one Ray actor per rank that runs the user's function, one call at a time.
 
-Paddle is imported when the actor starts, so a warm actor runs user code at once. User code
+It is not stateless: between calls it keeps what makes it worth keeping warm (Paddle
+imported, the device set, the collective group it joined, which Paddle lets a process join
+only once), and during a call the user-code thread, the queue of reports not yet polled and
+the stop flag. The pool hands a whole group to the next run only with the same world size and
+environment, so that state is what the next run expects. User code
 runs in a thread of its own; the trainer long-polls `next_reports` (reports and, at the end,
 the outcome) and may call `request_stop` meanwhile, which is why the actor is threaded.
 A user error ends the call with an outcome; a dead process shows up at the trainer as a
@@ -23,11 +27,13 @@ from pathlib import Path
 import ray
 
 from paddleray.services.trainer.backend import gpu_process_env, math_thread_env, probe_gpu_memory_mb
+from paddleray.services.trainer.committer import CommitFailed
 from paddleray.services.trainer.context import ContextSpec, Report, TrainContext
 from paddleray.services.trainer.logs import capture_output
+from paddleray.services.trainer.records import MAX_TRACEBACK_CHARS, WorkerInfo
 
-# Enough of a traceback to locate the failure in a run's state_reason.
-_TRACEBACK_CHARS = 2000
+# The bound of a failure's traceback in the contract (common.v1.Failure.traceback).
+_TRACEBACK_CHARS = MAX_TRACEBACK_CHARS
 # Reports wait in the actor until the trainer polls them. A rank that reports faster than the
 # trainer takes them blocks in ctx.report once this many wait, instead of growing without
 # bound (and one poll's reply stays this small).
@@ -36,11 +42,15 @@ _MAX_QUEUED_REPORTS = 10_000
 
 @dataclass(frozen=True)
 class Outcome:
-    """How the user function ended on one rank: ok, or the error and its traceback."""
+    """How the user function ended on one rank: ok, or the error and its traceback.
+
+    user_code is False when what failed is the trainer's part (committing a checkpoint the
+    function reported), not the function itself."""
 
     ok: bool
     error: str = ""
     traceback: str = ""
+    user_code: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,14 +78,15 @@ class WorkerActor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def info(self) -> dict:
+    def info(self) -> WorkerInfo:
+        """Where this actor runs; the group fills in local_rank, the pool warm."""
         context = ray.get_runtime_context()
-        return {
-            "node_id": context.get_node_id(),
-            "node_ip": ray.util.get_node_ip_address(),
-            "gpu_ids": [str(i) for i in ray.get_gpu_ids()],
-            "pid": os.getpid(),
-        }
+        return WorkerInfo(
+            node_id=context.get_node_id(),
+            node_ip=ray.util.get_node_ip_address(),
+            gpu_ids=tuple(str(i) for i in ray.get_gpu_ids()),
+            pid=os.getpid(),
+        )
 
     def reserve_endpoint(self) -> str:
         """host:port with a port that is free on this worker's node (for Paddle's rendezvous)."""
@@ -165,7 +176,8 @@ class WorkerActor:
                 return Outcome(ok=True)
             return Outcome(ok=False, error=f"SystemExit: {exc.code}", traceback=_summary(exc))
         except BaseException as exc:  # noqa: BLE001 - any user error fails the run, with its traceback
-            return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}", traceback=_summary(exc))
+            return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}", traceback=_summary(exc),
+                           user_code=not isinstance(exc, CommitFailed))
         return Outcome(ok=True)
 
 

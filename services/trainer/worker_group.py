@@ -12,15 +12,16 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from paddleray.services.trainer import metrics
+from paddleray.services.trainer import metrics, ray_private
 from paddleray.services.trainer.backend import PaddleBackend, PaddleBackendConfig
+from paddleray.services.trainer.records import WorkerInfo
 from paddleray.services.trainer.spec import GroupSpec, WorkerResources
 from paddleray.services.trainer.worker import WorkerActor
 
@@ -65,18 +66,6 @@ def actor_options(
     return options
 
 
-def upload_working_dir(runtime_env: dict[str, Any]) -> dict[str, Any]:
-    """Ships a local working_dir to Ray's GCS and names it by URI.
-
-    Ray takes local directories only in a job's runtime env (ray.init); an actor's must be a
-    URI, so the trainer packages the directory the way ray.init would (content-addressed,
-    uploaded once per content).
-    """
-    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
-
-    return upload_working_dir_if_needed(dict(runtime_env), include_gitignore=True, logger=log)
-
-
 def local_ranks(node_ids: Sequence[str]) -> list[int]:
     """Each rank's position among the ranks on its node, in rank order."""
     seen: dict[str, int] = {}
@@ -92,7 +81,7 @@ class WorkerGroup:
     spec: GroupSpec
     placement: PlacementGroup | None
     actors: list[Any] = field(default_factory=list)
-    workers: list[dict[str, Any]] = field(default_factory=list)  # info() of each rank, plus local_rank
+    workers: list[WorkerInfo] = field(default_factory=list)  # info() of each rank, with its local_rank
     id: int = field(default_factory=lambda: next(_group_ids))
     alive: bool = True
 
@@ -103,13 +92,14 @@ class WorkerGroup:
         return cls(spec, placement)
 
     def ready(self) -> ray.ObjectRef:
+        assert self.placement is not None, "reserve() makes groups with a placement group"
         return self.placement.ready()
 
     async def start(self, backend_config: PaddleBackendConfig) -> None:
         """Starts the actors (Paddle imported in each) and joins them into one collective group."""
         runtime_env = self.spec.env.to_ray()
         if self.spec.env.working_dir:
-            runtime_env = await asyncio.to_thread(upload_working_dir, runtime_env)
+            runtime_env = await asyncio.to_thread(ray_private.upload_working_dir, runtime_env)
         actor_class = ray.remote(WorkerActor)
         self.actors = [
             actor_class.options(**actor_options(self.spec, self.placement, rank, runtime_env)).remote(
@@ -118,10 +108,11 @@ class WorkerGroup:
             for rank in range(self.spec.num_workers)
         ]
         metrics.ACTOR_STARTS.inc(len(self.actors))
-        infos = await asyncio.gather(*(actor.info.remote() for actor in self.actors))
-        for info, local in zip(infos, local_ranks([i["node_id"] for i in infos]), strict=True):
-            info["local_rank"] = local
-        self.workers = list(infos)
+        infos: list[WorkerInfo] = await asyncio.gather(*(actor.info.remote() for actor in self.actors))
+        self.workers = [
+            replace(info, local_rank=local)
+            for info, local in zip(infos, local_ranks([i.node_id for i in infos]), strict=True)
+        ]
         await PaddleBackend(backend_config).on_start(self.actors)
 
     def kill(self) -> None:

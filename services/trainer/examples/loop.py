@@ -117,7 +117,7 @@ def _dataset_shard(ctx, name: str):
 
 def _packaged_batches(ctx, x: np.ndarray, y: np.ndarray, cfg: TrainConfig, shuffle: bool) -> Batches:
     batch = cfg.per_rank_batch(ctx.world_size) if shuffle else cfg.eval_batch_size
-    steps = len(y) // cfg.batch_size if shuffle else None
+    steps = len(y) // cfg.batch_size
 
     def batches(epoch: int):
         if shuffle:
@@ -218,7 +218,7 @@ def _fit(config: dict[str, Any], ctx, build_model, input_shape: tuple[int, ...],
     for epoch in range(first_epoch, cfg.epochs):
         started = time.perf_counter()
         # Summed on the device: reading the loss back every step would wait for a GPU each time.
-        loss_total, samples = paddle.zeros([], dtype="float32"), 0
+        loss_total, samples = paddle.zeros([], dtype="float32"), 0.0
         for step, (x, y) in enumerate(train_batches(epoch)):
             # Alone, a check is free; across ranks it is a collective, so only every few steps,
             # counted across epochs (an epoch of a few large steps needs no check of its own).

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import ray
 
+from paddleray.common.v1 import common_pb2
 from paddleray.trainer.v1 import run_pb2
 
 pytestmark = pytest.mark.integration
@@ -28,6 +29,7 @@ def test_two_ranks_average_their_gradients(client, tmp_path):
 def test_a_rank_that_exits_fails_the_run_while_its_peer_waits_in_a_collective(client):
     run = client.wait_done(client.start("rank_dies", num_workers=2).name, timeout=90)
     assert run.state == run_pb2.RUN_STATE_FAILED
+    assert run.failure.kind == common_pb2.FAILURE_KIND_WORKER_LOST and run.failure.rank == 1, run.failure
     assert run.state_reason.startswith("rank 1 died:"), run.state_reason
 
 
@@ -38,4 +40,5 @@ def test_a_killed_actor_fails_the_run_with_its_rank(client, trainer):
     ray.kill(group.actors[0], no_restart=True)
     done = client.wait_done(run.name, timeout=60)
     assert done.state == run_pb2.RUN_STATE_FAILED
+    assert done.failure.kind == common_pb2.FAILURE_KIND_WORKER_LOST and done.failure.rank == 0, done.failure
     assert done.state_reason.startswith("rank 0 died:"), done.state_reason

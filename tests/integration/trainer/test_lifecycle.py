@@ -9,6 +9,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.trainer.records import FailureKind, RunState
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
 
 pytestmark = pytest.mark.integration
@@ -28,6 +29,7 @@ def test_stop_is_graceful_when_user_code_checks_should_stop(client):
     done = client.wait_done(run.name)
     assert done.state == run_pb2.RUN_STATE_STOPPED
     assert done.state_reason == "user asked"
+    assert done.failure.kind == common_pb2.FAILURE_KIND_STOPPED and not done.failure.HasField("rank")
     assert done.latest_metrics.metrics["stopped_gracefully"] == 1.0
     assert _stop(client, run.name, 1).state == run_pb2.RUN_STATE_STOPPED, "stopping a finished run changes nothing"
 
@@ -45,6 +47,7 @@ def test_timeout_ends_the_run_as_timed_out(client):
     run = client.start("ignore_stop", timeout=duration_pb2.Duration(seconds=2))
     done = client.wait_done(run.name, timeout=90)
     assert done.state == run_pb2.RUN_STATE_TIMED_OUT
+    assert done.failure.kind == common_pb2.FAILURE_KIND_TIMEOUT
     assert done.state_reason.startswith("ran past its timeout of 2s")
 
 
@@ -68,6 +71,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_without_losing_epochs(cli
     config = {"epochs": 6, "out_dir": str(tmp_path)}
     crashed = client.wait_done(client.start("epochs", {**config, "crash_at_epoch": 5}).name)
     assert crashed.state == run_pb2.RUN_STATE_FAILED and crashed.state_reason.startswith("rank 0 died:")
+    assert crashed.failure.kind == common_pb2.FAILURE_KIND_WORKER_LOST
     assert crashed.latest_checkpoint.epoch == 4
     assert _epochs(client, crashed.name) == [1, 2, 3, 4]
 
@@ -107,13 +111,14 @@ def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer):
 
     async def scenario():
         record = await own.start_run(client.spec("ignore_stop"))
-        while record.state != "RUNNING":
+        while record.state != RunState.RUNNING:
             await asyncio.sleep(0.05)
         await own.shutdown()
         return record
 
     record = asyncio.run(asyncio.wait_for(scenario(), timeout=120))
-    assert record.state == "STOPPED" and record.state_reason == "the trainer is shutting down"
+    assert record.state == RunState.STOPPED and record.state_reason == "the trainer is shutting down"
+    assert record.failure is not None and record.failure.kind == FailureKind.STOPPED
     assert own.pool.idle_count() == 0
 
 

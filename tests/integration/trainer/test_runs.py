@@ -69,8 +69,13 @@ def test_follow_streams_lines_until_the_run_ends(client):
 def test_user_error_fails_the_run_with_rank_and_traceback(client):
     run = client.wait_done(client.start("raises").name)
     assert run.state == run_pb2.RUN_STATE_FAILED
+    assert run.failure.kind == common_pb2.FAILURE_KIND_USER_CODE and run.failure.rank == 0
+    assert run.failure.message == "ValueError: learning rate must be positive"
+    assert "trainer_test_entrypoints.py" in run.failure.traceback
     assert run.state_reason.startswith("rank 0 raised ValueError: learning rate must be positive")
-    assert "trainer_test_entrypoints.py" in run.state_reason
+    events = client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=run.name), timeout=60)
+    last = [e.event.state_change for e in events if e.event.HasField("state_change")][-1]
+    assert last.to_state == run_pb2.RUN_STATE_FAILED and last.failure == run.failure, "the event carries it too"
 
 
 def test_warm_pool_reuses_a_group_of_the_same_shape(client):
@@ -109,9 +114,11 @@ def test_allowlist_and_bad_requests(client):
         with pytest.raises(grpc.RpcError) as missing_stream:
             list(stream)
         assert missing_stream.value.code() == grpc.StatusCode.NOT_FOUND
-    with pytest.raises(grpc.RpcError) as bad_name:
-        client.stub.GetRun(trainer_service_pb2.GetRunRequest(name="jobs/1"))
-    assert bad_name.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for name in ("jobs/1", "runs/Bad_Id"):  # malformed names are INVALID_ARGUMENT, as GetJob's are
+        with pytest.raises(grpc.RpcError) as bad_name:
+            client.stub.GetRun(trainer_service_pb2.GetRunRequest(name=name))
+        assert bad_name.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad_name.value.details().startswith("name:")
     with pytest.raises(grpc.RpcError) as bad_token:
         client.stub.ListRuns(trainer_service_pb2.ListRunsRequest(page_token="not-a-token"))
     assert bad_token.value.details().startswith("page_token:")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, names
 from paddleray.services.trainer.checkpoints import CheckpointStore
-from paddleray.services.trainer.spec import check_entrypoint, check_run_id, run_spec
+from paddleray.services.trainer.spec import check_entrypoint, run_spec
 
 pytestmark = pytest.mark.unit
 
@@ -90,7 +90,7 @@ def test_pool_keys_match_for_equal_shapes_only():
 @pytest.mark.parametrize("run_id", ["", "1abc", "Abc", "a" * 64, "a_b"])
 def test_bad_run_ids(run_id):
     with pytest.raises(errors.InvalidArgument, match="^run_id"):
-        check_run_id(run_id)
+        names.check_id(run_id, "run_id")
 
 
 def test_init_from_becomes_the_init_checkpoint(tmp_path):

@@ -1,0 +1,33 @@
+"""The two Ray private APIs the trainer needs, in one place, so a Ray upgrade that moves them
+fails one test (tests/unit/trainer/test_ray_private.py) instead of a run at dispatch time.
+
+- available_resources_per_node: what each node has free; Ray's public API gives only the
+  cluster's sum (ray.available_resources) and each node's total (ray.nodes), and the
+  scheduler's admission and GetClusterResources need it per node.
+- upload_working_dir_if_needed: ships a local working_dir to the GCS and names it by URI. Ray
+  takes local directories only in a job's runtime env (ray.init); an actor's runtime env must
+  name a URI, so the trainer packages the directory the way ray.init would.
+Both are imported when called: importing this module never touches Ray's internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def available_resources_per_node() -> dict[str, dict[str, float]]:
+    """Node id -> its unreserved resources (a blocking call to the GCS)."""
+    from ray._private.state import available_resources_per_node as per_node
+
+    return per_node()
+
+
+def upload_working_dir(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """runtime_env with its local working_dir uploaded (content-addressed, once per content)
+    and replaced by the package's URI."""
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    return upload_working_dir_if_needed(dict(runtime_env), include_gitignore=True, logger=log)
