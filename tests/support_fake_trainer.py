@@ -5,6 +5,11 @@ Each run follows the script in its spec's config:
   checkpoint_every          a checkpoint event every N steps (default: none)
   fail_at_step, fail_times  the run fails at that step, for the first `fail_times` attempts
                             of the job (default 1); a resumed run starts after its checkpoint
+  fail_kind                 the FailureKind name that failure carries (default USER_CODE)
+  start_error, start_error_times
+                            StartRun answers with that status code name (UNAVAILABLE,
+                            INTERNAL, INVALID_ARGUMENT, ...) the first `start_error_times`
+                            times it is called for the job (default: always)
   hang                      never finishes on its own (until StopRun or its timeout)
   lose_at_step              the trainer forgets the run at that step (as if it restarted)
 It counts StartRun calls and runs created per request_id, which is what the tests assert on.
@@ -46,10 +51,13 @@ class FakeRun:
             self.events.append(run_pb2.RunEvent(sequence=len(self.events) + 1, time=_now(), **payload))
             self.changed.notify_all()
 
-    async def set_state(self, state: int, reason: str = "") -> None:
+    async def set_state(self, state: int, reason: str = "", failure: common_pb2.Failure | None = None) -> None:
         old = self.run.state
         self.run.state, self.run.state_reason = state, reason
-        await self.emit(state_change=run_pb2.RunStateChange(from_state=old, to_state=state, reason=reason))
+        if failure is not None:
+            self.run.failure.CopyFrom(failure)
+        await self.emit(state_change=run_pb2.RunStateChange(from_state=old, to_state=state, reason=reason,
+                                                            failure=failure))
 
 
 class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
@@ -58,6 +66,7 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         self.runs: dict[str, FakeRun] = {}
         self.by_request: dict[str, str] = {}
         self.start_calls: collections.Counter[str] = collections.Counter()
+        self.job_start_calls: collections.Counter[str] = collections.Counter()
         self.runs_created: collections.Counter[str] = collections.Counter()
         self.stop_calls: collections.Counter[str] = collections.Counter()
         self.job_attempts: collections.Counter[str] = collections.Counter()
@@ -78,6 +87,10 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
 
     async def StartRun(self, request: ts.StartRunRequest, context) -> ts.StartRunResponse:
         self.start_calls[request.request_id] += 1
+        self.job_start_calls[request.job] += 1
+        script = json_format.MessageToDict(request.spec.config)
+        if "start_error" in script and self.job_start_calls[request.job] <= int(script.get("start_error_times", 1e9)):
+            await context.abort(grpc.StatusCode[script["start_error"]], f"scripted {script['start_error']}")
         if request.request_id in self.by_request:
             name = self.by_request[request.request_id]
             if name in self.runs:
@@ -107,7 +120,8 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
             async with asyncio.timeout(timeout):
                 await self._script(fake, script, attempt)
         except TimeoutError:
-            await fake.set_state(R.RUN_STATE_TIMED_OUT, "ran past its timeout")
+            await fake.set_state(R.RUN_STATE_TIMED_OUT, "ran past its timeout",
+                                 common_pb2.Failure(kind=common_pb2.FAILURE_KIND_TIMEOUT, message="ran past its timeout"))
 
     async def _script(self, fake: FakeRun, script: dict, attempt: int) -> None:
         step_s = float(script.get("step_s", 0.02))
@@ -124,7 +138,9 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
                     fake.changed.notify_all()
                 return
             if step == script.get("fail_at_step") and attempt <= int(script.get("fail_times", 1)):
-                await fake.set_state(R.RUN_STATE_FAILED, f"rank 0 raised at step {step}")
+                kind = common_pb2.FailureKind.Value(f"FAILURE_KIND_{script.get('fail_kind', 'USER_CODE')}")
+                reason = f"rank 0 raised at step {step}"
+                await fake.set_state(R.RUN_STATE_FAILED, reason, common_pb2.Failure(kind=kind, rank=0, message=reason))
                 return
             report = common_pb2.MetricsReport(step=step, metrics={"loss": 1.0 / step, "step": step})
             fake.run.latest_metrics.CopyFrom(report)
@@ -151,7 +167,8 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         if fake.run.state not in TERMINAL:
             fake.task.cancel()
             await fake.set_state(R.RUN_STATE_STOPPING, request.reason)
-            await fake.set_state(R.RUN_STATE_STOPPED, request.reason)
+            await fake.set_state(R.RUN_STATE_STOPPED, request.reason,
+                                 common_pb2.Failure(kind=common_pb2.FAILURE_KIND_STOPPED, message=request.reason))
         return ts.StopRunResponse(run=fake.run)
 
     async def WatchRun(self, request, context):

@@ -89,7 +89,7 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
     The client sees an incident id for INTERNAL, never the traceback itself.
     """
 
-    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+    async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
         handler = await continuation(handler_call_details)
 
@@ -141,7 +141,7 @@ class AuthInterceptor(aio.ServerInterceptor):
                 return hmac.compare_digest(given, self._expected)
         return False
 
-    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+    async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler_call_details.method.startswith(_PUBLIC_SERVICES) or self._authorized(
             handler_call_details.invocation_metadata
@@ -185,7 +185,7 @@ def _rejecting_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodH
 class MetricsInterceptor(aio.ServerInterceptor):
     """Counts calls by method and status code, and times unary calls."""
 
-    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+    async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
         handler = await continuation(handler_call_details)
 

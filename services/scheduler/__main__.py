@@ -15,7 +15,7 @@ def registrations(app: SchedulerApp) -> list[ServiceRegistration]:
     return [
         ServiceRegistration(
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
-            JobServicer(app.manager, app.trainer),
+            JobServicer(app.manager, app.logs),
             job_service_pb2_grpc.add_JobServiceServicer_to_server,
         ),
         experiment_servicer.registration(app.experiments),

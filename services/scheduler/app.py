@@ -6,6 +6,7 @@ Built inside the event loop (grpc.aio channels bind to the loop that creates the
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import redis.asyncio as aioredis
 
@@ -13,6 +14,7 @@ from paddleray.services.scheduler.dispatcher import Dispatcher
 from paddleray.services.scheduler.experiment_store import ExperimentStore
 from paddleray.services.scheduler.experiments import ExperimentManager
 from paddleray.services.scheduler.job_inputs import JobInputs
+from paddleray.services.scheduler.job_logs import JobLogs
 from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.packages import PackageStore
 from paddleray.services.scheduler.settings import SchedulerSettings
@@ -28,11 +30,16 @@ class SchedulerApp:
         self.store = JobStore(self.redis, events_cap=settings.events_cap)
         self.packages = PackageStore(settings.storage_root, settings.package_max_bytes)
         self.inputs = JobInputs(self.packages, self.store, settings.storage_root, settings.entrypoint_allowlist)
-        self.manager = JobManager(self.store, settings.aging_s_per_priority, settings.stop_wait_s,
-                                  prepare_spec=self.inputs.prepare)
         self.trainer = TrainerClient(settings.trainer_address, settings.trainer_auth_token,
                                      settings.trainer_rpc_timeout_s)
-        self.dispatcher = Dispatcher(self.manager, self.trainer, settings)
+        queued = asyncio.Event()  # set by the job manager, waited on by the dispatcher
+        self.manager = JobManager(
+            self.store, settings.aging_s_per_priority, settings.stop_wait_s,
+            prepare_spec=self.inputs.prepare,
+            stop_run=functools.partial(self.trainer.request_stop, grace_s=settings.stop_grace_s), queued=queued,
+        )
+        self.dispatcher = Dispatcher(self.manager, self.trainer, settings, wake=queued)
+        self.logs = JobLogs(self.manager, self.trainer)
         self.experiments = ExperimentManager(self.manager, ExperimentStore(self.redis))
         self.experiments.register(self.manager.hooks)
 

@@ -24,16 +24,10 @@ from grpc import aio
 from redis.exceptions import RedisError
 
 from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common.cancellation import raise_if_cancelled
 from paddleray.services.scheduler import metrics
 from paddleray.services.scheduler.follower import RunFollower, deadline_s
-from paddleray.services.scheduler.jobs import (
-    ALLOWED,
-    WAITING_STATES,
-    IllegalTransition,
-    JobManager,
-    now_ts,
-    state_event,
-)
+from paddleray.services.scheduler.jobs import IllegalTransition, JobManager
 from paddleray.services.scheduler.resources import Amounts, from_cluster, milli
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import Claim, JobRecord
@@ -46,7 +40,9 @@ _STOP_WAIT_S = 5.0
 
 
 class Dispatcher:
-    def __init__(self, manager: JobManager, trainer: TrainerClient, settings: SchedulerSettings) -> None:
+    def __init__(self, manager: JobManager, trainer: TrainerClient, settings: SchedulerSettings,
+                 wake: asyncio.Event) -> None:
+        """wake: set when a job is queued (the one given to the JobManager as `queued`)."""
         self.manager = manager
         self.store = manager.store
         self.trainer = trainer
@@ -56,8 +52,7 @@ class Dispatcher:
         self.follower = RunFollower(manager, trainer, settings)
         self.following: dict[str, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
-        self._wake = manager.queued
-        manager.stop_run = self._stop_run
+        self._wake = wake
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._dispatch_loop(), name="dispatch"),
@@ -83,7 +78,7 @@ class Dispatcher:
     async def _dispatch_loop(self) -> None:
         last_stats = 0.0
         while True:
-            _raise_if_cancelled()
+            raise_if_cancelled()
             self._wake.clear()
             try:
                 await self.store.promote_delayed()
@@ -133,10 +128,7 @@ class Dispatcher:
         return claimed
 
     async def _claim(self, record: JobRecord, capacity: Amounts) -> str:
-        if record.job.state not in WAITING_STATES or J.JOB_STATE_STARTING not in ALLOWED[record.job.state]:
-            return "conflict"
-        job = job_pb2.Job()
-        job.CopyFrom(record.job)
+        job = record.job
         deadline = deadline_s(job)
         if deadline is not None and time.time() >= deadline:
             # A retry whose backoff outlasted the job's timeout.
@@ -145,24 +137,14 @@ class Dispatcher:
                                               f"ran past its timeout of {job.timeout.ToJsonString()}")
                 metrics.TIMEOUTS.inc()
             return "timed_out"
-        now = now_ts()
-        attempt = job.attempts.add(number=len(job.attempts) + 1, state=J.JOB_STATE_STARTING)
-        if attempt.number > 1 and job.HasField("latest_checkpoint"):
-            attempt.resumed_from.CopyFrom(job.latest_checkpoint)
-        if not job.HasField("start_time"):
-            job.start_time.CopyFrom(now)
-        reason = "dispatched" if attempt.number == 1 else f"retry {attempt.number - 1}"
-        job.state, job.state_reason = J.JOB_STATE_STARTING, reason
-        job.update_time.CopyFrom(now)
-        event = state_event(record.job.state, J.JOB_STATE_STARTING, reason, attempt.number)
         limits = self.settings.limits_for(job.tenant)
-        result = await self.store.claim(
-            record, job, event, self.owner, self.lease_ms,
+        result = await self.manager.claim(
+            record, self.owner, self.lease_ms,
             Claim(capacity, limits.max_jobs, milli(limits.max_gpus) if limits.max_gpus >= 0 else -1),
         )
         if result.ok:
             metrics.TIME_IN_QUEUE.observe(_waited_s(record))
-            log.info("claimed %s (attempt %d)", job.name, attempt.number)
+            log.info("claimed %s (attempt %d)", job.name, len(job.attempts) + 1)
             self._follow(record.job_id)
         return result.status
 
@@ -183,7 +165,7 @@ class Dispatcher:
     async def _lease_loop(self) -> None:
         every = self.settings.lease_ttl_s / 3
         while True:
-            _raise_if_cancelled()
+            raise_if_cancelled()
             try:
                 lost = await self.store.renew_leases(self.owner, list(self.following), self.lease_ms)
                 for job_id in lost:
@@ -203,13 +185,6 @@ class Dispatcher:
                 log.warning("lease pass failed: %s", exc)
             await asyncio.sleep(every)
 
-    async def _stop_run(self, run: str, reason: str) -> None:
-        try:
-            await self.trainer.stop_run(run, reason, self.settings.stop_grace_s)
-        except aio.AioRpcError as exc:
-            # The run's follower stops it too when it sees the stop intent.
-            log.warning("StopRun of %s failed: %s", run, exc.code().name)
-
     async def _export_stats(self) -> None:
         counts = await self.store.count_by_state()
         for state, count in counts.items():
@@ -222,9 +197,3 @@ def _waited_s(record: JobRecord) -> float:
     """Time since the job was queued (or its retry's backoff began)."""
     return max(0.0, time.time() - record.job.update_time.ToNanoseconds() / 1e9)
 
-
-def _raise_if_cancelled() -> None:
-    # redis-py (8.1) and grpc.aio can swallow a task's cancellation inside a call (the call
-    # then returns or fails normally); a loop that only relied on CancelledError would spin on.
-    if asyncio.current_task().cancelling():
-        raise asyncio.CancelledError

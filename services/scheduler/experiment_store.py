@@ -7,7 +7,9 @@ so far: the counter only grows), total, max (max_concurrent_trials), member (its
 entry). Around it: the plan (hash index -> the trial's parameters as JSON, written once), the trials
 hash (index -> job id, once the job exists), the active set (indexes handed out and not yet
 seen terminal: what max_concurrent_trials counts), the best-values hash (index -> best
-sign * metric) and the trial-owner hash (trial job id -> "experiment_id/index").
+sign * metric), the best-checkpoints hash (index -> the trial's best checkpoint, kept as
+checkpoints are reported, so reading an experiment never replays a trial's events) and the
+trial-owner hash (trial job id -> "experiment_id/index").
 
 Every check-then-write is a Lua script (lua/*_experiment.lua, claim_trial.lua,
 better_value.lua); the rest are plain commands.
@@ -18,12 +20,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
+from typing import cast
 
 import redis.asyncio as aioredis
 
+from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2
 from paddleray.services.scheduler import keys
-from paddleray.services.scheduler.page_tokens import decode_token, encode_token
 from paddleray.services.scheduler.search import TrialParameters
 
 E = experiment_pb2.ExperimentState
@@ -69,6 +72,7 @@ class ExperimentStore:
         self._claim = client.register_script(_script("claim_trial.lua"))
         self._end = client.register_script(_script("end_experiment.lua"))
         self._better = client.register_script(_script("better_value.lua"))
+        self._better_checkpoint = client.register_script(_script("better_checkpoint.lua"))
 
     async def create(
         self, experiment: experiment_pb2.Experiment, plan: list[TrialParameters], request_id: str
@@ -94,7 +98,7 @@ class ExperimentStore:
         if proto is None:
             return None
         experiment = experiment_pb2.Experiment.FromString(proto)
-        experiment.state = int(state)
+        experiment.state = cast(experiment_pb2.ExperimentState, int(state))
         experiment.state_reason = _text(reason)
         if int(end_ms or 0):
             experiment.end_time.FromMilliseconds(int(end_ms))
@@ -145,6 +149,15 @@ class ExperimentStore:
     async def offer_value(self, experiment_id: str, index: int, value: float) -> None:
         await self._better(keys=[keys.experiment_best(experiment_id)], args=[index, repr(value)])
 
+    async def offer_checkpoint(self, experiment_id: str, index: int, value: float,
+                               checkpoint: common_pb2.Checkpoint) -> None:
+        await self._better_checkpoint(keys=[keys.experiment_best_checkpoints(experiment_id)],
+                                      args=[index, repr(value), checkpoint.SerializeToString()])
+
+    async def best_checkpoint(self, experiment_id: str, index: int) -> common_pb2.Checkpoint | None:
+        raw = await self.redis.hget(keys.experiment_best_checkpoints(experiment_id), str(index))
+        return common_pb2.Checkpoint.FromString(raw) if raw is not None else None
+
     async def best_values(self, experiment_id: str) -> dict[int, float]:
         raw = await self.redis.hgetall(keys.experiment_best(experiment_id))
         return {int(_text(k)): float(_text(v)) for k, v in raw.items()}
@@ -152,11 +165,12 @@ class ExperimentStore:
     async def end(self, experiment_id: str, how: str, end_ms: int, reason: str = "") -> tuple[str, int]:
         """how is "finish" or "cancel". Returns ("ended", new state), ("not_done", 0),
         ("not_running", state) or ("missing", 0)."""
+        states = (E.EXPERIMENT_STATE_RUNNING, E.EXPERIMENT_STATE_SUCCEEDED, E.EXPERIMENT_STATE_FAILED,
+                  E.EXPERIMENT_STATE_CANCELLED)
         result = await self._end(
             keys=[keys.experiment(experiment_id), keys.experiment_active(experiment_id),
-                  keys.experiment_best(experiment_id)],
-            args=[how, end_ms, reason, keys.experiment_state_prefix(), E.EXPERIMENT_STATE_RUNNING,
-                  E.EXPERIMENT_STATE_SUCCEEDED, E.EXPERIMENT_STATE_FAILED, E.EXPERIMENT_STATE_CANCELLED],
+                  keys.experiment_best(experiment_id), *(keys.experiment_state_set(s) for s in states)],
+            args=[how, end_ms, reason, *states],
         )
         status = _text(result[0])
         return status, int(result[1]) if len(result) > 1 else 0
@@ -172,7 +186,8 @@ class ExperimentStore:
             pipe.delete(
                 keys.experiment(experiment_id), keys.experiment_plan(experiment_id),
                 keys.experiment_trials(experiment_id), keys.experiment_active(experiment_id),
-                keys.experiment_best(experiment_id), keys.asha_rungs(experiment_id), keys.asha_stopped(experiment_id),
+                keys.experiment_best(experiment_id), keys.experiment_best_checkpoints(experiment_id),
+                keys.asha_rungs(experiment_id), keys.asha_stopped(experiment_id),
             )
             pipe.zrem(keys.experiments_by_time(), member)
             pipe.srem(keys.experiment_state_set(record.state), experiment_id)
@@ -180,10 +195,11 @@ class ExperimentStore:
                 pipe.hdel(keys.trial_owner(), *trial_job_ids)
             await pipe.execute()
 
-    async def list(self, page_size: int, page_token: str, states: set[int]) -> tuple[list[ExperimentRecord], str]:
-        """Newest first; the token is the index entry of the last one returned, so experiments
-        created meanwhile (always newer) never shift a later page."""
-        start = f"({decode_token(page_token, 'ListExperiments')}" if page_token else "+"
+    async def list(self, page_size: int, after: str | None, states: set[int]) -> tuple[list[ExperimentRecord], str]:
+        """Newest first, starting after the index entry `after`; returns the page and the entry
+        of its last experiment when more may follow ("" otherwise), so experiments created
+        meanwhile (always newer) never shift a later page."""
+        start = f"({after}" if after is not None else "+"
         page: list[ExperimentRecord] = []
         while True:
             members = await self.redis.zrange(
@@ -195,7 +211,7 @@ class ExperimentStore:
                     continue
                 page.append(record)
                 if len(page) == page_size:
-                    return page, encode_token(_text(member))
+                    return page, _text(member)
             if len(members) < _SCAN_CHUNK:
                 return page, ""
             start = f"({_text(members[-1])}"

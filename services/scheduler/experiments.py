@@ -20,14 +20,13 @@ import asyncio
 import hashlib
 import logging
 import math
-import re
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, names, paging
 from paddleray.services.common.logs import log_context
 from paddleray.services.scheduler import asha, keys, search
 from paddleray.services.scheduler.experiment_store import ExperimentRecord, ExperimentStore
@@ -41,15 +40,6 @@ log = logging.getLogger(__name__)
 _STOP_WAIT_S = 5.0
 
 E = experiment_pb2.ExperimentState
-# Same form as job ids: trial job ids are derived from it.
-_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
-
-
-def experiment_id_from_name(name: str, field: str = "name") -> str:
-    experiment_id = name.removeprefix("experiments/")
-    if not name.startswith("experiments/") or not _ID.fullmatch(experiment_id):
-        raise errors.InvalidArgument(field, "must be 'experiments/{experiment_id}'")
-    return experiment_id
 
 
 def trial_job_prefix(experiment_id: str) -> str:
@@ -82,6 +72,7 @@ class ExperimentManager:
 
     def register(self, hooks: JobHooks) -> None:
         hooks.on_metrics(self.on_metrics)
+        hooks.on_checkpoint(self.on_checkpoint)
         hooks.on_terminal(self.on_terminal)
 
     # -- create ---------------------------------------------------------------------------
@@ -92,8 +83,8 @@ class ExperimentManager:
         """Validates, expands the plan, stores both durably, then starts the first trials."""
         if experiment is None:
             raise errors.InvalidArgument("experiment", "required")
-        if experiment_id and not _ID.fullmatch(experiment_id):
-            raise errors.InvalidArgument("experiment_id", "must be 1-63 characters of [a-z0-9-] starting with a letter")
+        if experiment_id:  # the same form as job ids: trial job ids are derived from it
+            names.check_id(experiment_id, "experiment_id")
         if len(request_id) > 128:
             raise errors.InvalidArgument("request_id", "at most 128 characters")
         plan = validate_experiment(experiment)
@@ -122,18 +113,19 @@ class ExperimentManager:
         return record.experiment
 
     async def list(self, page_size: int, page_token: str, states) -> tuple[list[experiment_pb2.Experiment], str]:
-        if not 0 <= page_size <= 1000:
-            raise errors.InvalidArgument("page_size", "must be in 0..1000 (0 means 100)")
+        size = paging.page_size(page_size)
         for i, state in enumerate(states):
             if state not in E.values() or state == E.EXPERIMENT_STATE_UNSPECIFIED:
                 raise errors.InvalidArgument(f"states[{i}]", f"unknown experiment state {state}")
-        records, token = await self.store.list(page_size or 100, page_token, set(states))
+        filters = {"states": list(states)}
+        after = paging.decode_page_token(page_token, filters, "ListExperiments")
+        records, last = await self.store.list(size, after, set(states))
         for record in records:
             await self._add_progress(record)
-        return [r.experiment for r in records], token
+        return [r.experiment for r in records], paging.encode_page_token(last, filters) if last else ""
 
     async def _record(self, name: str) -> ExperimentRecord:
-        record = await self.store.get(experiment_id_from_name(name))
+        record = await self.store.get(names.EXPERIMENT.parse_one(name))
         if record is None:
             raise errors.NotFound(f"{name} not found")
         return record
@@ -143,11 +135,11 @@ class ExperimentManager:
         experiment_id = record.experiment_id
         trials = await self.store.trials(experiment_id)
         indexes = sorted(trials)
-        jobs = dict(zip(indexes, await self.jobs.store.get_many([trials[i] for i in indexes]), strict=True))
+        jobs = dict(zip(indexes, await self.jobs.find_many([trials[i] for i in indexes]), strict=True))
         counts: dict[int, int] = {}
-        for job_record in jobs.values():
-            if job_record is not None:
-                counts[job_record.job.state] = counts.get(job_record.job.state, 0) + 1
+        for job in jobs.values():
+            if job is not None:
+                counts[job.state] = counts.get(job.state, 0) + 1
         experiment = record.experiment
         del experiment.trials_by_state[:]
         for state in sorted(counts):
@@ -160,28 +152,15 @@ class ExperimentManager:
         best = experiment.best_trial
         best.metric_value = _sign(experiment.mode) * values[best_index]
         best.parameters.update(await self.store.plan_entry(experiment_id, best_index))
-        job_record = jobs.get(best_index)
-        if job_record is not None:
-            best.job = job_record.job.name
-            checkpoint = await self._best_checkpoint(job_record.job, experiment.metric, _sign(experiment.mode))
+        best_job = jobs.get(best_index)
+        if best_job is not None:
+            best.job = best_job.name
+            # The trial's checkpoint with the best metric (kept as reported), else its newest.
+            checkpoint = await self.store.best_checkpoint(experiment_id, best_index)
             if checkpoint is not None:
                 best.checkpoint.CopyFrom(checkpoint)
-
-    async def _best_checkpoint(self, job: job_pb2.Job, metric: str, sign: int) -> common_pb2.Checkpoint | None:
-        """The trial's checkpoint with the best metric among its kept events, else its newest."""
-        job_id = job.name.removeprefix("jobs/")
-        best, best_value, after = None, -math.inf, 0
-        while events := await self.jobs.store.events_after(job_id, after):
-            after = events[-1].sequence
-            for event in events:
-                if event.WhichOneof("payload") != "checkpoint" or metric not in event.checkpoint.metrics:
-                    continue
-                value = sign * event.checkpoint.metrics[metric]
-                if value >= best_value:  # ties go to the newer checkpoint
-                    best, best_value = event.checkpoint, value
-        if best is None and job.HasField("latest_checkpoint"):
-            return job.latest_checkpoint
-        return best
+            elif best_job.HasField("latest_checkpoint"):
+                best.checkpoint.CopyFrom(best_job.latest_checkpoint)
 
     # -- trials -----------------------------------------------------------------------------
 
@@ -211,8 +190,8 @@ class ExperimentManager:
                 request_id=f"{experiment.name}/trials/{index}",
             )
         except errors.AlreadyExists:
-            existing = await self.jobs.store.get(job_id)
-            if existing is None or existing.job.experiment != experiment.name:
+            existing = await self.jobs.find(job_id)
+            if existing is None or existing.experiment != experiment.name:
                 # Someone's own job took the id: this trial cannot run under it; give the slot back.
                 log.error("trial %d of %s: job id %s is taken by another job", index, experiment.name, job_id)
                 await self.store.disown_trial(experiment_id, index, job_id)
@@ -249,6 +228,20 @@ class ExperimentManager:
                 with log_context(experiment=experiment_id, trial=index):
                     log.info("stopping %s early: %s", job_name, decision.reason)
             self._stop_early(job_name, decision.reason)
+
+    async def on_checkpoint(self, job_name: str, attempt: int, checkpoint: common_pb2.Checkpoint) -> None:
+        """Keeps the trial's best checkpoint by the experiment's metric, so that reading the
+        experiment never replays the trial's events."""
+        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
+        if owner is None:
+            return
+        experiment_id, index = owner
+        ranking = await self._ranking(experiment_id)
+        if ranking is None:
+            return
+        value = checkpoint.metrics.get(ranking.metric)
+        if value is not None and not math.isnan(value):
+            await self.store.offer_checkpoint(experiment_id, index, ranking.sign * value, checkpoint)
 
     async def on_terminal(self, job_name: str, state: int) -> None:
         owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
@@ -294,7 +287,7 @@ class ExperimentManager:
     async def cancel(self, name: str, reason: str = "") -> experiment_pb2.Experiment:
         """Ends the experiment CANCELLED and cancels its unfinished trials (in the background:
         a running trial ends once its run has stopped). A finished experiment is unchanged."""
-        experiment_id = experiment_id_from_name(name)
+        experiment_id = names.EXPERIMENT.parse_one(name)
         status, _ = await self.store.end(experiment_id, "cancel", now_ms(), reason or "cancelled by request")
         if status == "missing":
             raise errors.NotFound(f"{name} not found")
@@ -312,11 +305,11 @@ class ExperimentManager:
                 # Handed out but never created (a crash in between): nothing to cancel.
                 await self.store.release_trial(experiment_id, index)
                 continue
-            job_record = await self.jobs.store.get(job_id)
-            if job_record is None or is_terminal(job_record.job.state):
+            job = await self.jobs.find(job_id)
+            if job is None or is_terminal(job.state):
                 await self.store.release_trial(experiment_id, index)
             else:
-                self._cancel_job(f"jobs/{job_id}", record.experiment.state_reason)
+                self._cancel_job(job.name, record.experiment.state_reason)
 
     async def delete(self, name: str) -> None:
         record = await self._record(name)
@@ -324,9 +317,9 @@ class ExperimentManager:
             raise errors.FailedPrecondition(f"{name} is running; cancel it first")
         trials = await self.store.trials(record.experiment_id)
         job_ids = list(trials.values())
-        for job_record in await self.jobs.store.get_many(job_ids):
-            if job_record is not None and not is_terminal(job_record.job.state):
-                raise errors.FailedPrecondition(f"{name}: trial {job_record.job.name} is still stopping")
+        for job in await self.jobs.find_many(job_ids):
+            if job is not None and not is_terminal(job.state):
+                raise errors.FailedPrecondition(f"{name}: trial {job.name} is still stopping")
         for job_id in job_ids:
             try:
                 await self.jobs.delete(f"jobs/{job_id}")
@@ -359,13 +352,17 @@ class ExperimentManager:
             if job_id is None:
                 await self._create_trial(record, index)
                 continue
-            job_record = await self.jobs.store.get(job_id)
-            if job_record is None or is_terminal(job_record.job.state):
+            job = await self.jobs.find(job_id)
+            if job is None or is_terminal(job.state):
                 await self.store.release_trial(experiment_id, index)
             elif str(index) in stopped:
-                self._stop_early(job_record.job.name, stopped[str(index)])
-            elif job_record.job.HasField("latest_metrics"):
-                await self.on_metrics(job_record.job.name, 0, job_record.job.latest_metrics)
+                self._stop_early(job.name, stopped[str(index)])
+            else:
+                # Callbacks a crashed replica never made: the newest report stands for them.
+                if job.HasField("latest_metrics"):
+                    await self.on_metrics(job.name, 0, job.latest_metrics)
+                if job.HasField("latest_checkpoint"):
+                    await self.on_checkpoint(job.name, 0, job.latest_checkpoint)
         await self.fill(experiment_id)
 
     def start(self) -> None:

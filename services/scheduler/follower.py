@@ -19,8 +19,10 @@ import grpc
 from grpc import aio
 from redis.exceptions import RedisError
 
+from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors
+from paddleray.services.common.cancellation import cancelling, raise_if_cancelled
 from paddleray.services.common.logs import log_context
 from paddleray.services.scheduler import metrics
 from paddleray.services.scheduler.jobs import (
@@ -33,15 +35,18 @@ from paddleray.services.scheduler.jobs import (
 )
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import JobRecord, now_ms
-from paddleray.services.scheduler.trainer_client import TRANSIENT, TrainerClient
+from paddleray.services.scheduler.trainer_client import TRAINER_FAILED, TRANSIENT, TrainerClient
 from paddleray.trainer.v1 import run_pb2
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 
 log = logging.getLogger(__name__)
 J = job_pb2.JobState
 R = run_pb2.RunState
+F = common_pb2.FailureKind
 _RUN_TERMINAL = frozenset({R.RUN_STATE_SUCCEEDED, R.RUN_STATE_FAILED, R.RUN_STATE_STOPPED, R.RUN_STATE_TIMED_OUT})
 _RECONNECT_S = 0.5
+# StartRun answered with a transient code is asked again after 0.5 s, 1 s, 2 s, ... up to this.
+_START_BACKOFF_MAX_S = 10.0
 
 
 class _Gone(Exception):
@@ -60,6 +65,17 @@ def backoff_s(policy, retry_number: int) -> float:
     return min(cap, initial * multiplier ** (retry_number - 1))
 
 
+def failure(kind: common_pb2.FailureKind, message: str) -> common_pb2.Failure:
+    return common_pb2.Failure(kind=kind, message=message)
+
+
+def run_failure(change: run_pb2.RunStateChange, kind: common_pb2.FailureKind) -> common_pb2.Failure:
+    """What the trainer said ended the run; `kind` when it said nothing (an older trainer)."""
+    if change.HasField("failure"):
+        return change.failure
+    return failure(kind, change.reason)
+
+
 def deadline_s(job: job_pb2.Job) -> float | None:
     """Epoch seconds when the job times out (its timeout counts from its first start)."""
     if not job.HasField("timeout") or not job.HasField("start_time"):
@@ -74,13 +90,14 @@ class RunFollower:
         self.trainer = trainer
         self.settings = settings
         self.owner = settings.replica_id
+        # Per job: (transient StartRun answers in a row, monotonic time of the first).
+        self._start_tries: dict[str, tuple[int, float]] = {}
 
     async def follow(self, job_id: str) -> None:
         """Returns once the job left STARTING/RUNNING or is no longer ours."""
         with log_context(job=job_id):
             while True:
-                if asyncio.current_task().cancelling():
-                    raise asyncio.CancelledError  # swallowed by grpc.aio or redis-py inside a call
+                raise_if_cancelled()
                 try:
                     record = await self._mine(job_id)
                     with log_context(attempt=record.job.attempts[-1].number):
@@ -135,12 +152,9 @@ class RunFollower:
         try:
             run = await self.trainer.start_run(request)
         except aio.AioRpcError as exc:
-            if exc.code() in TRANSIENT:
-                log.warning("StartRun failed for now (%s); retrying", exc.code().name)
-                await asyncio.sleep(_RECONNECT_S)
-                return
-            await self._end(record, J.JOB_STATE_FAILED, f"the trainer refused the run: {exc.details()}")
+            await self._start_failed(record, exc)
             return
+        self._start_tries.pop(job_id, None)
         metrics.DISPATCH_LATENCY.observe(time.monotonic() - claimed)
         while True:
             updated = job_pb2.Job()
@@ -154,14 +168,40 @@ class RunFollower:
             if record.job.attempts[-1].run:
                 return
 
+    async def _start_failed(self, record: JobRecord, exc: aio.AioRpcError) -> None:
+        """A transient answer is asked again with backoff, for up to start_run_retry_s; the
+        trainer failing on the request fails the attempt; a refusal fails the job."""
+        code, job_id = exc.code(), record.job_id
+        if code == grpc.StatusCode.CANCELLED and cancelling():
+            raise asyncio.CancelledError from exc  # grpc.aio's report of our own cancellation
+        if code in TRANSIENT:
+            tries, first = self._start_tries.get(job_id, (0, time.monotonic()))
+            if time.monotonic() - first < self.settings.start_run_retry_s:
+                self._start_tries[job_id] = (tries + 1, first)
+                wait = min(_START_BACKOFF_MAX_S, _RECONNECT_S * 2**tries)
+                log.warning("StartRun failed for now (%s); asking again in %.1fs", code.name, wait)
+                await asyncio.sleep(wait)
+                return
+        self._start_tries.pop(job_id, None)
+        message = f"the trainer answered StartRun with {code.name}: {exc.details()}"
+        if code in TRANSIENT:
+            message = (f"the trainer did not take the run within {self.settings.start_run_retry_s:g}s "
+                       f"(last answer {code.name}: {exc.details()})")
+        if code in TRANSIENT or code in TRAINER_FAILED:
+            await self._failed(record, message, failure(F.FAILURE_KIND_TRAINER_ERROR, message))
+            return
+        # A refusal of the request itself (an INVALID_ARGUMENT names its field): asking again
+        # cannot pass, so no retry is spent on it.
+        refused = f"the trainer refused the run: {exc.details()}"
+        await self._end(record, J.JOB_STATE_FAILED, refused, failure=failure(F.FAILURE_KIND_TRAINER_ERROR, refused))
+
     async def _watch(self, job_id: str, run: str, after: int) -> None:
         try:
             async for event in self.trainer.watch_run(run, after):
-                if asyncio.current_task().cancelling():
-                    raise asyncio.CancelledError  # swallowed inside a call; a busy run never pauses
+                raise_if_cancelled()  # a busy run never pauses for a cancellation to land
                 await self._persist(job_id, event)
         except aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED and asyncio.current_task().cancelling():
+            if exc.code() == grpc.StatusCode.CANCELLED and cancelling():
                 # grpc.aio reports our own task's cancellation as a CANCELLED call.
                 raise asyncio.CancelledError from exc
             if exc.code() == grpc.StatusCode.NOT_FOUND:
@@ -191,7 +231,7 @@ class RunFollower:
             if event.sequence <= record.run_seq:
                 return
             attempt = record.job.attempts[-1].number
-            fields = {"run_seq": event.sequence}
+            fields: dict[str, str | int] = {"run_seq": event.sequence}
             if kind == "state_change":
                 await self._on_run_state(record, event.state_change, fields)
                 return
@@ -207,6 +247,8 @@ class RunFollower:
             if await self.manager.update(record, job, [job_event] if kind else [], owner=self.owner, fields=fields):
                 if kind == "metrics":
                     await self.manager.hooks.metrics(job.name, attempt, event.metrics)
+                elif kind == "checkpoint":
+                    await self.manager.hooks.checkpoint(job.name, attempt, event.checkpoint)
                 return
 
     async def _on_run_state(self, record: JobRecord, change: run_pb2.RunStateChange, fields: dict) -> None:
@@ -219,13 +261,16 @@ class RunFollower:
         elif to == R.RUN_STATE_SUCCEEDED:
             await self._end(record, J.JOB_STATE_SUCCEEDED, change.reason or "run succeeded", fields)
         elif to == R.RUN_STATE_TIMED_OUT:
-            await self._end(record, J.JOB_STATE_TIMED_OUT, change.reason or "run timed out", fields)
+            await self._end(record, J.JOB_STATE_TIMED_OUT, change.reason or "run timed out", fields,
+                            failure=run_failure(change, F.FAILURE_KIND_TIMEOUT))
         elif to == R.RUN_STATE_STOPPED and record.stop_intent:
             await self._end(record, STOP_INTENTS[record.stop_intent], record.stop_reason, fields)
         elif to == R.RUN_STATE_STOPPED:
-            await self._failed(record, f"run stopped outside the scheduler: {change.reason}", fields)
+            await self._failed(record, f"run stopped outside the scheduler: {change.reason}",
+                               run_failure(change, F.FAILURE_KIND_STOPPED), fields)
         elif to == R.RUN_STATE_FAILED:
-            await self._failed(record, change.reason or "run failed", fields)
+            await self._failed(record, change.reason or "run failed",
+                               run_failure(change, F.FAILURE_KIND_UNSPECIFIED), fields)
         else:
             job = job_pb2.Job()
             job.CopyFrom(record.job)
@@ -236,18 +281,24 @@ class RunFollower:
         if record.stop_intent:
             await self._end(record, STOP_INTENTS[record.stop_intent], record.stop_reason)
         else:
-            await self._failed(record, f"the trainer lost {run}")
+            reason = f"the trainer lost {run}"
+            await self._failed(record, reason, failure(F.FAILURE_KIND_TRAINER_ERROR, reason))
 
-    async def _failed(self, record: JobRecord, reason: str, fields: dict | None = None) -> None:
+    async def _failed(self, record: JobRecord, reason: str, cause: common_pb2.Failure,
+                      fields: dict | None = None) -> None:
+        """Ends the attempt as failed: RETRYING while the retry policy has retries for the
+        failure's kind and the deadline allows, else FAILED."""
         job = record.job
         retries_used = len(job.attempts) - 1
         deadline = deadline_s(job)
-        if retries_used < job.retry_policy.max_retries and (deadline is None or time.time() < deadline):
+        retryable = cause.kind not in job.retry_policy.non_retryable_kinds
+        if retryable and retries_used < job.retry_policy.max_retries and (deadline is None or time.time() < deadline):
             wait = backoff_s(job.retry_policy, retries_used + 1)
 
             def retrying(j: job_pb2.Job) -> None:
                 j.attempts[-1].state = J.JOB_STATE_FAILED
                 j.attempts[-1].failure_reason = reason
+                j.attempts[-1].failure.CopyFrom(cause)
                 j.attempts[-1].end_time.CopyFrom(now_ts())
 
             # Never wait past the deadline: the dispatcher then ends the job TIMED_OUT on time.
@@ -262,16 +313,19 @@ class RunFollower:
         def failed(j: job_pb2.Job) -> None:
             j.attempts[-1].failure_reason = reason
 
-        await self._transition(record, J.JOB_STATE_FAILED, reason, failed, fields)
+        if not retryable and retries_used < job.retry_policy.max_retries:
+            reason = f"{reason} (not retried: {common_pb2.FailureKind.Name(cause.kind)} is non-retryable)"
+        await self._transition(record, J.JOB_STATE_FAILED, reason, failed, fields, failure=cause)
 
-    async def _end(self, record: JobRecord, state: int, reason: str, fields: dict | None = None) -> None:
+    async def _end(self, record: JobRecord, state: job_pb2.JobState, reason: str, fields: dict | None = None,
+                   failure: common_pb2.Failure | None = None) -> None:
         if state == J.JOB_STATE_TIMED_OUT:
             metrics.TIMEOUTS.inc()
-        await self._transition(record, state, reason, None, fields)
+        await self._transition(record, state, reason, None, fields, failure=failure)
 
-    async def _transition(self, record, state, reason, mutate, fields, delay_until_ms=None) -> None:
+    async def _transition(self, record, state, reason, mutate, fields, delay_until_ms=None, failure=None) -> None:
         await self.manager.transition(record.job_id, state, reason, mutate=mutate, owner=self.owner, fields=fields,
-                                      delay_until_ms=delay_until_ms, expect=ACTIVE_STATES)
+                                      delay_until_ms=delay_until_ms, expect=ACTIVE_STATES, failure=failure)
 
     async def _ask_stop(self, record: JobRecord, intent: str, reason: str) -> None:
         job = job_pb2.Job()

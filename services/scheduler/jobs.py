@@ -1,9 +1,12 @@
 """Jobs as a domain: creation, the state machine, cancellation and early stopping.
 
-Every state change goes through `JobManager.transition`: it reads the job, checks the move
-against ALLOWED, and writes it with a compare-and-set on the version it read (store.update),
-so an illegal transition cannot be written even by two replicas racing; a lost race is
-re-read and re-checked. Each change is timestamped and appends a JobStateChange event.
+Every state change goes through `JobManager.transition`, or `JobManager.claim` for the one
+change the dispatcher makes (a waiting job to STARTING with a new attempt): each reads the
+job, checks the move against ALLOWED, and writes it with a compare-and-set on the version it
+read (store.update / store.claim), so an illegal transition cannot be written even by two
+replicas racing; a lost race is re-read and re-checked. Each change is timestamped and
+appends a JobStateChange event. Other components read jobs through `find` / `find_many`,
+never through the store.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from google.protobuf import timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, names, paging
+from paddleray.services.common.cancellation import raise_if_cancelled
 from paddleray.services.scheduler import validation
 from paddleray.services.scheduler.hooks import JobHooks
-from paddleray.services.scheduler.store import TERMINAL_STATES, JobRecord, JobStore, WriteResult
+from paddleray.services.scheduler.store import TERMINAL_STATES, Claim, JobRecord, JobStore, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,10 @@ ACTIVE_STATES = frozenset({J.JOB_STATE_STARTING, J.JOB_STATE_RUNNING})
 WAITING_STATES = frozenset({J.JOB_STATE_QUEUED, J.JOB_STATE_RETRYING})
 STOP_INTENTS = {"cancel": J.JOB_STATE_CANCELLED, "early_stop": J.JOB_STATE_EARLY_STOPPED,
                 "timeout": J.JOB_STATE_TIMED_OUT}
+F = common_pb2.FailureKind
+# The kind of failure a job ending in one of these states carries when its caller names none.
+_FAILURE_OF_STATE: dict[int, common_pb2.FailureKind] = {J.JOB_STATE_TIMED_OUT: F.FAILURE_KIND_TIMEOUT, J.JOB_STATE_CANCELLED: F.FAILURE_KIND_STOPPED,
+                     J.JOB_STATE_EARLY_STOPPED: F.FAILURE_KIND_STOPPED, J.JOB_STATE_FAILED: F.FAILURE_KIND_TRAINER_ERROR}
 
 
 class IllegalTransition(errors.FailedPrecondition):
@@ -61,11 +69,10 @@ def is_terminal(state: int) -> bool:
     return state in TERMINAL_STATES
 
 
-def job_id_from_name(name: str, field: str = "name") -> str:
-    job_id = name.removeprefix("jobs/")
-    if not name.startswith("jobs/") or not validation._ID.fullmatch(job_id):
-        raise errors.InvalidArgument(field, "must be 'jobs/{job_id}'")
-    return job_id
+def _ended_by(state: int, reason: str, failure: common_pb2.Failure | None) -> common_pb2.Failure | None:
+    if state == J.JOB_STATE_SUCCEEDED:
+        return None
+    return failure if failure is not None else common_pb2.Failure(kind=_FAILURE_OF_STATE[state], message=reason)
 
 
 def now_ts() -> timestamp_pb2.Timestamp:
@@ -75,7 +82,8 @@ def now_ts() -> timestamp_pb2.Timestamp:
     return ts
 
 
-def state_event(from_state: int, to_state: int, reason: str, attempt: int) -> job_pb2.JobEvent:
+def state_event(from_state: job_pb2.JobState, to_state: job_pb2.JobState, reason: str,
+                attempt: int) -> job_pb2.JobEvent:
     return job_pb2.JobEvent(
         time=now_ts(), attempt=attempt,
         state_change=job_pb2.JobStateChange(from_state=from_state, to_state=to_state, reason=reason),
@@ -84,6 +92,7 @@ def state_event(from_state: int, to_state: int, reason: str, attempt: int) -> jo
 
 # Takes the job as read (a copy to change in place); may raise to abandon the transition.
 Mutation = Callable[[job_pb2.Job], None]
+# Stops a trainer run ("runs/{id}", reason), best effort: the run's follower stops it too.
 RunStopper = Callable[[str, str], Awaitable[None]]
 # Checks what a spec names outside the job (package, init_from) and returns the spec to store;
 # the second argument is the field prefix for errors (JobInputs.prepare).
@@ -95,25 +104,29 @@ async def _as_is(spec: common_pb2.TrainingSpec, field: str) -> common_pb2.Traini
 
 
 class JobManager:
-    """The job operations every entry point (servicer, dispatcher, experiments) calls."""
+    """The job operations every entry point (servicer, dispatcher, experiments) calls.
 
-    def __init__(self, store: JobStore, aging_s_per_priority: float = 60.0, stop_wait_s: float = 15.0,
-                 prepare_spec: SpecPreparer = _as_is) -> None:
+    stop_run: how CancelJob and early stopping reach a dispatched job's trainer run (None: only
+    the run's follower stops it, when it sees the stop intent). queued: set whenever a job is
+    queued, so that a dispatcher waiting on it wakes at once."""
+
+    def __init__(self, store: JobStore, aging_s_per_priority: float = 60.0, stop_wait_s: float = 15.0, *,
+                 prepare_spec: SpecPreparer = _as_is, stop_run: RunStopper | None = None,
+                 queued: asyncio.Event | None = None) -> None:
         self.store = store
         self.prepare_spec = prepare_spec
         self.hooks = JobHooks()
         self.aging_s_per_priority = aging_s_per_priority
         self.stop_wait_s = stop_wait_s
-        # Set by the dispatcher: stops a trainer run ("runs/{id}", reason).
-        self.stop_run: RunStopper | None = None
-        # Set when a job is queued so that a local dispatcher wakes at once.
-        self.queued = asyncio.Event()
+        self._stop_run = stop_run
+        self._queued = queued if queued is not None else asyncio.Event()
 
     # -- create -------------------------------------------------------------------------------
 
-    async def create(self, job: job_pb2.Job, job_id: str = "", request_id: str = "") -> job_pb2.Job:
+    async def create(self, job: job_pb2.Job | None, job_id: str = "", request_id: str = "") -> job_pb2.Job:
         """CreateJob: validates, then stores the job QUEUED (durable before this returns)."""
         validation.validate_create(job, job_id, request_id)
+        assert job is not None  # validate_create: "job: required"
         return await self._create(job, job_id, request_id, experiment="", trial_parameters=None)
 
     async def create_trial(
@@ -146,7 +159,7 @@ class JobManager:
         event = state_event(J.JOB_STATE_UNSPECIFIED, J.JOB_STATE_QUEUED, "created", 0)
         event.time.CopyFrom(stored.create_time)
         status, existing = await self.store.create(stored, event, score, request_id)
-        if status == "duplicate":
+        if status == "duplicate" and existing is not None:
             return existing
         if status == "exists":
             # redis-py resends a command after a dropped connection; if the first send was
@@ -155,7 +168,7 @@ class JobManager:
             if found is None or found.job.create_time != stored.create_time or found.job.spec != stored.spec:
                 raise errors.AlreadyExists(f"{stored.name} already exists")
             return found.job
-        self.queued.set()
+        self._queued.set()
         return stored
 
     # -- read ---------------------------------------------------------------------------------
@@ -164,19 +177,31 @@ class JobManager:
         return (await self.record(name)).job
 
     async def record(self, name: str) -> JobRecord:
-        record = await self.store.get(job_id_from_name(name))
+        record = await self.store.get(names.JOB.parse_one(name))
         if record is None:
             raise errors.NotFound(f"{name} not found")
         return record
 
+    async def find(self, job_id: str) -> job_pb2.Job | None:
+        """The job with this id, or None (no error: callers such as experiments expect gaps)."""
+        record = await self.store.get(job_id)
+        return record.job if record is not None else None
+
+    async def find_many(self, job_ids: list[str]) -> list[job_pb2.Job | None]:
+        """The jobs with these ids in one round trip, None for each one that does not exist."""
+        return [r.job if r is not None else None for r in await self.store.get_many(job_ids)]
+
     # -- the state machine ------------------------------------------------------------------
 
     async def transition(
-        self, job_id: str, to_state: int, reason: str, *, mutate: Mutation | None = None, owner: str = "",
+        self, job_id: str, to_state: job_pb2.JobState, reason: str, *, mutate: Mutation | None = None, owner: str = "",
         delay_until_ms: int | None = None, fields: dict[str, str | int] | None = None,
-        expect: frozenset[int] | None = None,
+        expect: frozenset[int] | None = None, failure: common_pb2.Failure | None = None,
     ) -> job_pb2.Job:
         """Moves a job to to_state if ALLOWED from the state it is in, atomically.
+
+        A job that ends other than SUCCEEDED gets a Failure (Job.failure, and on its attempt
+        still open): `failure` when given, else one of the kind its end state implies.
 
         `expect` narrows the states the caller accepts to start from (IllegalTransition
         otherwise); `owner` makes the write conditional on holding the job's lease (LeaseLost).
@@ -199,9 +224,14 @@ class JobManager:
             job.update_time.CopyFrom(now)
             if is_terminal(to_state):
                 job.end_time.CopyFrom(now)
+                ended_by = _ended_by(to_state, reason, failure)
+                if ended_by is not None:
+                    job.failure.CopyFrom(ended_by)
                 if job.attempts and not is_terminal(job.attempts[-1].state):
                     job.attempts[-1].state = to_state
                     job.attempts[-1].end_time.CopyFrom(now)
+                    if ended_by is not None:
+                        job.attempts[-1].failure.CopyFrom(ended_by)
             attempt = job.attempts[-1].number if job.attempts else 0
             event = state_event(from_state, to_state, reason, attempt)
             event.time.CopyFrom(now)
@@ -217,6 +247,31 @@ class JobManager:
                 if is_terminal(to_state):
                     await self.hooks.terminal(job.name, to_state)
                 return job
+
+    async def claim(self, record: JobRecord, owner: str, lease_ms: int, limits: Claim) -> WriteResult:
+        """Moves a waiting job to STARTING with a new attempt, if it fits `limits` (cluster
+        capacity, tenant caps), leased to owner for lease_ms: one atomic claim (store.claim).
+
+        The attempt resumes from the job's newest checkpoint when it is a retry. Returns the
+        store's result: "ok", "conflict" (the job changed since `record` was read, or may not
+        start from its state), "no_room", "tenant_limit"."""
+        from_state = record.job.state
+        if from_state not in WAITING_STATES or J.JOB_STATE_STARTING not in ALLOWED[from_state]:
+            return WriteResult("conflict")
+        job = job_pb2.Job()
+        job.CopyFrom(record.job)
+        now = now_ts()
+        attempt = job.attempts.add(number=len(job.attempts) + 1, state=J.JOB_STATE_STARTING)
+        if attempt.number > 1 and job.HasField("latest_checkpoint"):
+            attempt.resumed_from.CopyFrom(job.latest_checkpoint)
+        if not job.HasField("start_time"):
+            job.start_time.CopyFrom(now)
+        reason = "dispatched" if attempt.number == 1 else f"retry {attempt.number - 1}"
+        job.state, job.state_reason = J.JOB_STATE_STARTING, reason
+        job.update_time.CopyFrom(now)
+        event = state_event(from_state, J.JOB_STATE_STARTING, reason, attempt.number)
+        event.time.CopyFrom(now)
+        return await self.store.claim(record, job, event, owner, lease_ms, limits)
 
     async def update(self, record: JobRecord, job: job_pb2.Job, events=(), *, owner: str = "",
                      fields: dict[str, str | int] | None = None) -> bool:
@@ -246,11 +301,8 @@ class JobManager:
         Returns the job as it then is; a job already terminal is returned unchanged."""
         return await self._stop(name, "early_stop", reason)
 
-    async def stop_for_timeout(self, name: str, reason: str) -> job_pb2.Job:
-        return await self._stop(name, "timeout", reason)
-
     async def _stop(self, name: str, intent: str, reason: str) -> job_pb2.Job:
-        job_id = job_id_from_name(name)
+        job_id = names.JOB.parse_one(name)
         target = STOP_INTENTS[intent]
         while True:
             record = await self.record(name)
@@ -272,8 +324,8 @@ class JobManager:
         # job still STARTING is stopped by its owner as soon as its run exists.
         record = await self.record(name)
         run = record.job.attempts[-1].run if record.job.attempts else ""
-        if run and self.stop_run is not None:
-            await self.stop_run(run, reason)
+        if run and self._stop_run is not None:
+            await self._stop_run(run, reason)
         return await self.wait_terminal(name, self.stop_wait_s)
 
     async def wait_terminal(self, name: str, timeout_s: float) -> job_pb2.Job:
@@ -281,7 +333,7 @@ class JobManager:
 
         Bounded by its own deadline rather than by cancelling a blocking read: redis-py can
         swallow a cancellation that lands inside a call."""
-        job_id = job_id_from_name(name)
+        job_id = names.JOB.parse_one(name)
         deadline = time.monotonic() + timeout_s
         record = await self.record(name)
         seen = record.seq
@@ -298,28 +350,30 @@ class JobManager:
     # -- delete, list, watch --------------------------------------------------------------
 
     async def delete(self, name: str) -> None:
-        status, state = await self.store.delete(job_id_from_name(name))
+        status, state = await self.store.delete(names.JOB.parse_one(name))
         if status == "missing":
             raise errors.NotFound(f"{name} not found")
         if status == "not_terminal":
             raise errors.FailedPrecondition(f"{name} is {J.Name(state)}; only terminal jobs can be deleted")
 
     async def list(self, page_size: int, page_token: str, states, labels, experiment: str, tenant: str):
-        if not 0 <= page_size <= 1000:
-            raise errors.InvalidArgument("page_size", "must be in 0..1000 (0 means 100)")
+        size = paging.page_size(page_size)
         for i, state in enumerate(states):
             if state not in J.values() or state == J.JOB_STATE_UNSPECIFIED:
                 raise errors.InvalidArgument(f"states[{i}]", f"unknown job state {state}")
         validation.validate_labels(labels, "labels")
-        if experiment and not experiment.startswith("experiments/"):
-            raise errors.InvalidArgument("experiment", "must be 'experiments/{experiment_id}'")
-        return await self.store.list_jobs(page_size or 100, page_token, set(states), dict(labels), experiment, tenant)
+        if experiment:
+            names.EXPERIMENT.parse(experiment, "experiment")
+        filters = {"states": list(states), "labels": dict(labels), "experiment": experiment, "tenant": tenant}
+        after = paging.decode_page_token(page_token, filters, "ListJobs")
+        jobs, last = await self.store.list_jobs(size, after, set(states), dict(labels), experiment, tenant)
+        return jobs, paging.encode_page_token(last, filters) if last else ""
 
     async def watch(self, name: str, after_sequence: int, poll_ms: int = 1000) -> AsyncIterator[job_pb2.JobEvent]:
         """Events after after_sequence, then new ones as they happen, until the terminal one."""
         if after_sequence < 0:
             raise errors.InvalidArgument("after_sequence", "must be >= 0")
-        job_id = job_id_from_name(name)
+        job_id = names.JOB.parse_one(name)
         record = await self.record(name)
         first = await self.store.first_sequence(job_id)
         if after_sequence and first and after_sequence + 1 < first:
@@ -330,8 +384,7 @@ class JobManager:
         if after_sequence >= record.seq and is_terminal(record.job.state):
             return
         while True:
-            if asyncio.current_task().cancelling():
-                raise asyncio.CancelledError  # swallowed by redis-py inside the blocking read
+            raise_if_cancelled()  # redis-py swallows it inside the blocking read
             events = await self.store.events_after(job_id, last, block_ms=poll_ms)
             for event in events:
                 last = event.sequence

@@ -68,7 +68,8 @@ def tenant_usage(tenant: str) -> str:
 
 
 def job_prefix() -> str:
-    """For Lua scripts that reach a job through a request key (the job id is read, not known)."""
+    """For the Lua scripts that reach a job by an id they read (through a request key, or from
+    the delayed set), which no caller can name beforehand; single-node Redis only."""
     return f"{PREFIX}job:"
 
 
@@ -81,7 +82,7 @@ def experiment(experiment_id: str) -> str:
 
 
 def experiment_prefix() -> str:
-    """For Lua scripts that reach an experiment through a request key."""
+    """For the Lua script that reaches an experiment through a request key (see job_prefix)."""
     return f"{PREFIX}exp:"
 
 
@@ -105,6 +106,12 @@ def experiment_best(experiment_id: str) -> str:
     return f"{PREFIX}exp-best:{experiment_id}"
 
 
+def experiment_best_checkpoints(experiment_id: str) -> str:
+    """Hash: trial index -> its best checkpoint by the experiment's metric (serialized), and
+    "<index>:value" -> that checkpoint's sign * metric; kept as checkpoints are reported."""
+    return f"{PREFIX}exp-best-ckpt:{experiment_id}"
+
+
 def asha_rungs(experiment_id: str) -> str:
     """Hash: "milestone|trial index" -> sign * metric recorded at that ASHA rung."""
     return f"{PREFIX}exp-asha-rungs:{experiment_id}"
@@ -125,13 +132,9 @@ def experiments_by_time() -> str:
     return f"{PREFIX}index:experiments"
 
 
-def experiment_state_prefix() -> str:
-    return f"{PREFIX}exp-state:"
-
-
 def experiment_state_set(state: int) -> str:
     """Set of experiment ids in one ExperimentState (by number)."""
-    return f"{experiment_state_prefix()}{state}"
+    return f"{PREFIX}exp-state:{state}"
 
 
 def trial_owner() -> str:

@@ -46,6 +46,10 @@ class SchedulerSettings(ServiceSettings):
     events_cap: int = Field(10_000, ge=10, description="Events kept per job; older ones are trimmed.")
     stop_wait_s: float = Field(15.0, ge=0, description="How long CancelJob waits for a running job to end.")
     stop_grace_s: float = Field(10.0, ge=0, description="Grace period StopRun gives the ranks.")
+    start_run_retry_s: float = Field(
+        120.0, ge=0, description="How long StartRun is retried while the trainer answers UNAVAILABLE (or another "
+        "transient code), with backoff, before the attempt fails as a trainer error and frees what it holds.",
+    )
     default_tenant_limits: TenantLimits = Field(default_factory=TenantLimits)
     tenant_limits: dict[str, TenantLimits] = Field(
         default_factory=dict, description='Per-tenant caps as JSON, e.g. {"team-a": {"max_jobs": 4, "max_gpus": 2}}.'

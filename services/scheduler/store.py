@@ -15,14 +15,15 @@ jobs.py decides, then writes through `update` with the version it read.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.scheduler import keys
-from paddleray.services.scheduler.page_tokens import decode_token, encode_token
 from paddleray.services.scheduler.resources import Amounts, job_demand
 from paddleray.services.scheduler.script_batch import ScriptBatcher
 
@@ -136,7 +137,7 @@ class JobStore:
         self,
         record: JobRecord,
         job: job_pb2.Job,
-        events: list[job_pb2.JobEvent] = (),
+        events: Sequence[job_pb2.JobEvent] = (),
         *,
         owner: str = "",
         dequeue: bool = False,
@@ -179,26 +180,33 @@ class JobStore:
 
     async def delete(self, job_id: str) -> tuple[str, int]:
         """Returns ("deleted"|"missing", 0) or ("not_terminal", state)."""
+        tenant, experiment, state = await self.redis.hmget(keys.job(job_id), ("tenant", "experiment", "state"))
+        if state is None:
+            return "missing", 0
+        experiment = experiment.decode() if experiment else ""
         result = await self._delete(
-            keys=[keys.job(job_id), keys.events(job_id), keys.by_time()],
-            args=[keys.PREFIX + "index:", keys.PREFIX + "state:", *TERMINAL_STATES],
+            keys=[keys.job(job_id), keys.events(job_id), keys.by_time(), keys.by_tenant(tenant.decode()),
+                  keys.by_experiment(experiment), keys.state_set(int(state))],
+            args=[int(state), *TERMINAL_STATES],
         )
         return result[0].decode(), int(result[1]) if len(result) > 1 else 0
 
     # -- listing ----------------------------------------------------------------------------
 
     async def list_jobs(
-        self, page_size: int, page_token: str, states: set[int], labels: dict[str, str], experiment: str, tenant: str
+        self, page_size: int, after: str | None, states: set[int], labels: dict[str, str], experiment: str,
+        tenant: str,
     ) -> tuple[list[job_pb2.Job], str]:
-        """Newest first. The token is the index entry of the last job returned, so jobs created
-        meanwhile (always newer) never shift a later page."""
+        """Newest first, starting after the index entry `after`; returns the page and the entry
+        of its last job when more may follow ("" otherwise). Paging by index entry means jobs
+        created meanwhile (always newer) never shift a later page."""
         if experiment:
             index = keys.by_experiment(experiment)
         elif tenant:
             index = keys.by_tenant(tenant)
         else:
             index = keys.by_time()
-        start = f"({decode_token(page_token, 'ListJobs')}" if page_token else "+"
+        start = f"({after}" if after is not None else "+"
         page: list[job_pb2.Job] = []
         last = ""
         while len(page) < page_size:
@@ -224,7 +232,7 @@ class JobStore:
             if len(members) < _SCAN_CHUNK and len(page) < page_size:
                 return page, ""
             start = f"({members[-1].decode()}"
-        return page, encode_token(last)
+        return page, last
 
     # -- events -------------------------------------------------------------------------------
 
@@ -267,13 +275,13 @@ class JobStore:
         """Extends this owner's leases; returns the ids it no longer holds."""
         if not job_ids:
             return []
-        lost = await self._renew(keys=[keys.leases()], args=[owner, now_ms() + lease_ms, keys.job_prefix(), *job_ids])
+        lost = await self._renew(keys=[keys.leases(), *map(keys.job, job_ids)], args=[owner, now_ms() + lease_ms, *job_ids])
         return [x.decode() for x in lost]
 
     async def expire_leases(self, owner: str, job_ids: list[str]) -> None:
         """Lets other replicas take these jobs over at once (a clean shutdown)."""
         if job_ids:
-            await self._renew(keys=[keys.leases()], args=[owner, 0, keys.job_prefix(), *job_ids])
+            await self._renew(keys=[keys.leases(), *map(keys.job, job_ids)], args=[owner, 0, *job_ids])
 
     async def expired_leases(self) -> list[str]:
         return [m.decode() for m in await self.redis.zrangebyscore(keys.leases(), "-inf", now_ms())]
@@ -290,7 +298,7 @@ class JobStore:
 
 
 
-def _record(values: list[bytes | None]) -> JobRecord | None:
+def _record(values: list[Any]) -> JobRecord | None:
     proto, version, owner, run_seq, seq, intent, reason = values
     if proto is None:
         return None

@@ -14,6 +14,7 @@ from google.protobuf import duration_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common import names as resource_names
 from paddleray.services.common.errors import InvalidArgument
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -23,9 +24,6 @@ MAX_WORKERS = 1024
 MAX_LABELS = 64
 PRIORITY_RANGE = (-1000, 1000)
 
-_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_ENTRYPOINT = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}")
 _LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _TENANT = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -40,8 +38,8 @@ _IMAGE = re.compile(
 def validate_create(request_job: job_pb2.Job | None, job_id: str, request_id: str) -> None:
     if request_job is None:
         raise InvalidArgument("job", "required")
-    if job_id and not _ID.fullmatch(job_id):
-        raise InvalidArgument("job_id", "must be 1-63 characters of [a-z0-9-] starting with a letter")
+    if job_id:
+        resource_names.check_id(job_id, "job_id")
     if len(request_id) > 128:
         raise InvalidArgument("request_id", "at most 128 characters")
     validate_job(request_job, "job")
@@ -70,8 +68,7 @@ def validate_job(job: job_pb2.Job, field: str) -> None:
 def validate_spec(spec: common_pb2.TrainingSpec, field: str) -> None:
     if not spec.entrypoint:
         raise InvalidArgument(f"{field}.entrypoint", "required")
-    if not _ENTRYPOINT.fullmatch(spec.entrypoint):
-        raise InvalidArgument(f"{field}.entrypoint", "must have the form 'package.module:function'")
+    resource_names.check_entrypoint(spec.entrypoint, f"{field}.entrypoint")
     if spec.config.ByteSize() > MAX_CONFIG_BYTES:
         raise InvalidArgument(f"{field}.config", "at most 1 MiB serialized")
     if not 0 <= spec.num_workers <= MAX_WORKERS:
@@ -169,6 +166,9 @@ def _validate_retry(policy: common_pb2.RetryPolicy, field: str) -> None:
     multiplier = policy.backoff_multiplier
     if not math.isfinite(multiplier) or (multiplier != 0 and multiplier < 1):
         raise InvalidArgument(f"{field}.backoff_multiplier", "must be finite and >= 1.0 (0 means 2.0)")
+    for i, kind in enumerate(policy.non_retryable_kinds):
+        if kind not in _enum_values(common_pb2.FailureKind) or kind == common_pb2.FAILURE_KIND_UNSPECIFIED:
+            raise InvalidArgument(f"{field}.non_retryable_kinds[{i}]", f"unknown failure kind {kind}")
 
 
 def _duration_s(d: duration_pb2.Duration, field: str) -> float:

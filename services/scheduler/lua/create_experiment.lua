@@ -8,6 +8,8 @@
 --       10.. each trial's parameters as JSON, in trial-index order (index = position - 10)
 -- Returns {"created"} | {"duplicate", experiment id first created with the request_id}
 --       | {"exists"} when the experiment id is taken.
+-- A duplicate's experiment key (ARGV[8] .. id) is built from the id read from the request
+-- key, which the caller cannot know beforehand: so it runs on single-node Redis only.
 if ARGV[6] == "1" then
   local existing = redis.call("GET", KEYS[1])
   if existing and redis.call("EXISTS", ARGV[8] .. existing) == 1 then

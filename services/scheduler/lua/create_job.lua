@@ -8,6 +8,9 @@
 --       15 QUEUED state number
 -- Returns {"created"} | {"duplicate", proto of the job first created with the request_id}
 --       | {"exists"} when the job id is taken.
+-- A duplicate's job key (ARGV[14] .. id) is built from the id read from the request key, which
+-- the caller cannot know beforehand: so it runs on single-node Redis only (a cluster needs
+-- every key in KEYS).
 if ARGV[13] == "1" then
   local existing = redis.call("GET", KEYS[1])
   if existing then

@@ -8,12 +8,16 @@ import grpc
 import pytest
 from support_scheduler import make_job
 
+from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.services.scheduler import keys
+from paddleray.trainer.v1 import run_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 J = job_pb2.JobState
+R = run_pb2.RunState
+F = common_pb2.FailureKind
 
 
 async def test_job_runs_to_success_with_metrics_and_checkpoints_as_events(stack_factory):
@@ -45,6 +49,8 @@ async def test_failed_attempt_retries_from_its_last_checkpoint(stack_factory):
         assert done.state == J.JOB_STATE_SUCCEEDED, done.state_reason
         assert [a.state for a in done.attempts] == [J.JOB_STATE_FAILED, J.JOB_STATE_SUCCEEDED]
         assert "step 5" in done.attempts[0].failure_reason
+        assert done.attempts[0].failure.kind == F.FAILURE_KIND_USER_CODE and done.attempts[0].failure.rank == 0
+        assert not done.HasField("failure") and not done.attempts[1].HasField("failure"), "success carries none"
         assert done.attempts[1].resumed_from.step == 4
         second = stack.fake.runs[done.attempts[1].run].run
         assert second.resume_from.step == 4
@@ -59,6 +65,66 @@ async def test_retries_are_bounded_by_max_retries(stack_factory):
         done = await stack.wait_terminal(job.name)
         assert done.state == J.JOB_STATE_FAILED
         assert len(done.attempts) == 3 and all(a.state == J.JOB_STATE_FAILED for a in done.attempts)
+        assert [a.failure.kind for a in done.attempts] == [F.FAILURE_KIND_USER_CODE] * 3
+        assert done.failure == done.attempts[-1].failure
+
+
+async def test_user_code_errors_can_be_made_non_retryable(stack_factory):
+    async with stack_factory() as stack:
+        job = make_job(config={"fail_at_step": 1, "fail_times": 10}, max_retries=2)
+        job.retry_policy.non_retryable_kinds.append(F.FAILURE_KIND_USER_CODE)
+        done = await stack.wait_terminal((await stack.create(job, job_id="det")).name)
+        assert done.state == J.JOB_STATE_FAILED and len(done.attempts) == 1, "no retry spent on user code"
+        assert done.failure.kind == F.FAILURE_KIND_USER_CODE and "non-retryable" in done.state_reason
+        # A lost worker is still retried under the same policy.
+        job = make_job(config={"steps": 2, "fail_at_step": 1, "fail_kind": "WORKER_LOST"}, max_retries=2)
+        job.retry_policy.non_retryable_kinds.append(F.FAILURE_KIND_USER_CODE)
+        done = await stack.wait_terminal((await stack.create(job, job_id="lost-worker")).name)
+        assert done.state == J.JOB_STATE_SUCCEEDED
+        assert [a.failure.kind for a in done.attempts] == [F.FAILURE_KIND_WORKER_LOST, F.FAILURE_KIND_UNSPECIFIED]
+
+
+async def test_start_run_answered_internal_fails_the_attempt_as_a_trainer_error(stack_factory):
+    async with stack_factory(cpus=1) as stack:
+        job = make_job(config={"steps": 1, "start_error": "INTERNAL", "start_error_times": 1}, max_retries=1)
+        done = await stack.wait_terminal((await stack.create(job, job_id="internal")).name)
+        assert done.state == J.JOB_STATE_SUCCEEDED, done.state_reason
+        first, second = done.attempts
+        assert first.state == J.JOB_STATE_FAILED and not first.run
+        assert first.failure.kind == F.FAILURE_KIND_TRAINER_ERROR and "INTERNAL" in first.failure.message
+        assert stack.fake.job_start_calls[done.name] == 2, "asked once per attempt, not in a loop"
+        assert second.run and stack.fake.runs_of(done.name)[0].state == R.RUN_STATE_SUCCEEDED
+        # Without retries the job ends FAILED and gives its CPU back at once.
+        job = make_job(config={"start_error": "UNKNOWN"})
+        done = await stack.wait_terminal((await stack.create(job, job_id="unknown")).name)
+        assert done.state == J.JOB_STATE_FAILED and done.failure.kind == F.FAILURE_KIND_TRAINER_ERROR
+        assert stack.fake.job_start_calls[done.name] == 1
+        reserved = await stack.app.redis.hgetall(keys.reserved())
+        assert int(reserved[b"cpu_m"]) == 0
+
+
+async def test_start_run_refused_as_invalid_fails_the_job_with_the_field(stack_factory):
+    async with stack_factory() as stack:
+        job = make_job(config={"start_error": "INVALID_ARGUMENT"}, max_retries=3)
+        done = await stack.wait_terminal((await stack.create(job, job_id="refused")).name)
+        assert done.state == J.JOB_STATE_FAILED and len(done.attempts) == 1, "a refusal spends no retry"
+        assert done.failure.kind == F.FAILURE_KIND_TRAINER_ERROR
+        assert "scripted INVALID_ARGUMENT" in done.failure.message
+
+
+async def test_start_run_unavailable_is_asked_again_with_backoff_then_bounded(stack_factory):
+    async with stack_factory(start_run_retry_s=30) as stack:
+        job = make_job(config={"steps": 1, "start_error": "UNAVAILABLE", "start_error_times": 2})
+        done = await stack.wait_terminal((await stack.create(job, job_id="flaky")).name)
+        assert done.state == J.JOB_STATE_SUCCEEDED and len(done.attempts) == 1
+        assert stack.fake.job_start_calls[done.name] == 3
+    async with stack_factory(start_run_retry_s=0.8) as stack:
+        job = make_job(config={"start_error": "UNAVAILABLE"})
+        done = await stack.wait_terminal((await stack.create(job, job_id="down")).name)
+        assert done.state == J.JOB_STATE_FAILED and done.failure.kind == F.FAILURE_KIND_TRAINER_ERROR
+        # Backoff 0.5 s, 1 s, ...: a bounded few calls within 0.8 s, not one every 0.5 s forever.
+        assert 2 <= stack.fake.job_start_calls[done.name] <= 3
+        assert "UNAVAILABLE" in done.failure.message
 
 
 async def test_timeout_stops_the_run_and_ends_timed_out(stack_factory):
@@ -67,9 +133,10 @@ async def test_timeout_stops_the_run_and_ends_timed_out(stack_factory):
         done = await stack.wait_terminal(job.name)
         assert done.state == J.JOB_STATE_TIMED_OUT
         assert "timeout" in done.state_reason
+        assert done.failure.kind == F.FAILURE_KIND_TIMEOUT and done.attempts[0].failure.kind == F.FAILURE_KIND_TIMEOUT
         run = stack.fake.runs[done.attempts[0].run].run
-        assert run.state in (stack.fake.runs[done.attempts[0].run].run.state,)
-        assert run.state != 3  # not left RUNNING on the trainer
+        # Stopped by the scheduler or timed out by the trainer (both know the deadline): not left RUNNING.
+        assert run.state in (R.RUN_STATE_STOPPED, R.RUN_STATE_TIMED_OUT), run_pb2.RunState.Name(run.state)
 
 
 async def test_cancel_running_job_stops_its_run(stack_factory):
@@ -79,7 +146,8 @@ async def test_cancel_running_job_stops_its_run(stack_factory):
         cancelled = (await stack.stub.CancelJob(js.CancelJobRequest(name=job.name, reason="user said so"))).job
         assert cancelled.state == J.JOB_STATE_CANCELLED and cancelled.state_reason == "user said so"
         run = cancelled.attempts[0].run
-        assert stack.fake.stop_calls[run] >= 1 and stack.fake.runs[run].run.state == 7  # RUN_STATE_STOPPED
+        assert stack.fake.stop_calls[run] >= 1 and stack.fake.runs[run].run.state == R.RUN_STATE_STOPPED
+        assert cancelled.failure.kind == F.FAILURE_KIND_STOPPED and cancelled.failure.message == "user said so"
 
 
 async def test_lost_run_is_retried(stack_factory):
@@ -88,6 +156,7 @@ async def test_lost_run_is_retried(stack_factory):
         done = await stack.wait_terminal(job.name)
         assert done.state == J.JOB_STATE_SUCCEEDED, done.state_reason
         assert "lost" in done.attempts[0].failure_reason
+        assert done.attempts[0].failure.kind == F.FAILURE_KIND_TRAINER_ERROR
 
 
 async def test_fractional_gpus_fill_one_card_exactly(stack_factory):

@@ -36,8 +36,9 @@ async def test_bad_input_is_invalid_argument_naming_the_field(stack_factory):
         assert details.startswith("job.spec.resources_per_worker.num_gpus:") and "finite" in details
         code, details = await _code(lambda: stack.stub.CreateJob(js.CreateJobRequest()))
         assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "job: required")
-        code, details = await _code(lambda: stack.stub.GetJob(js.GetJobRequest(name="job/x")))
-        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("name:")
+        for name in ("job/x", "jobs/Bad_Id"):
+            code, details = await _code(lambda name=name: stack.stub.GetJob(js.GetJobRequest(name=name)))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("name:")
         code, _ = await _code(lambda: stack.stub.GetJob(js.GetJobRequest(name="jobs/absent")))
         assert code == grpc.StatusCode.NOT_FOUND
         code, details = await _code(lambda: stack.stub.ListJobs(js.ListJobsRequest(page_token="%%%")))

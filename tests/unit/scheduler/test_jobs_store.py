@@ -8,10 +8,13 @@ import asyncio
 import pytest
 from support_scheduler import make_job
 
+from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.jobs import IllegalTransition
+from paddleray.services.scheduler.resources import Amounts
+from paddleray.services.scheduler.store import Claim
 
 pytestmark = pytest.mark.unit
 J = job_pb2.JobState
@@ -130,7 +133,14 @@ async def test_list_filters(manager):
     with pytest.raises(errors.InvalidArgument, match="page_token"):
         await names(page_token="garbage")
     with pytest.raises(errors.InvalidArgument, match="page_size"):
-        await names(page_size=1001)
+        await names(page_size=-1)
+    assert await names(page_size=1001) == ["jobs/j3", "jobs/j2", "jobs/j1"], "above the maximum is coerced (AIP-158)"
+    _, token = await manager.list(1, "", [], {}, "", "a")
+    assert token
+    with pytest.raises(errors.InvalidArgument, match="page_token") as other_filters:
+        await names(page_token=token, tenant="b")
+    assert "other filters" in other_filters.value.rule
+    assert await names(page_token=token, tenant="a") == ["jobs/j1"]
 
 
 async def test_pagination_is_stable_while_jobs_are_created(manager):
@@ -214,3 +224,42 @@ async def test_creates_survive_redis_losing_its_script_cache(manager, raw_redis)
     jobs = await asyncio.gather(*(manager.create(make_job(), job_id=f"after-{i}") for i in range(5)))
     assert [j.name for j in jobs] == [f"jobs/after-{i}" for i in range(5)]
     assert await raw_redis.zcard(keys.queue()) == 6
+
+
+async def test_claim_records_the_attempt_and_its_transition_in_one_place(manager, raw_redis):
+    await manager.create(make_job(), job_id="cl")
+    roomy = Claim(Amounts(cpu_m=4000, gpu_m=0, mem=1 << 40))
+    record = await manager.store.get("cl")
+    result = await manager.claim(record, "replica-a", 10_000, roomy)
+    assert result.ok
+    job = await manager.get("jobs/cl")
+    assert job.state == J.JOB_STATE_STARTING and job.state_reason == "dispatched" and job.start_time.seconds
+    assert [(a.number, a.state) for a in job.attempts] == [(1, J.JOB_STATE_STARTING)]
+    assert (await manager.store.get("cl")).owner == "replica-a"
+    assert await raw_redis.zscore(keys.leases(), "cl") is not None
+    events = [e async for e in _take(manager.watch("jobs/cl", 1), 1)]
+    assert (events[0].attempt, events[0].state_change.to_state) == (1, J.JOB_STATE_STARTING)
+    assert (await manager.claim(record, "replica-b", 10_000, roomy)).status == "conflict", "a stale read loses"
+    fresh = await manager.store.get("cl")
+    assert (await manager.claim(fresh, "replica-b", 10_000, roomy)).status == "conflict", "STARTING is not waiting"
+    # A retry resumes from the newest checkpoint and names itself.
+    def with_checkpoint(j):
+        j.latest_checkpoint.CopyFrom(common_pb2.Checkpoint(uri="mem://c", step=4))
+
+    await manager.transition("cl", J.JOB_STATE_RETRYING, "attempt failed", mutate=with_checkpoint, owner="replica-a",
+                             delay_until_ms=0)
+    assert await manager.store.promote_delayed() == 1  # its backoff (none) ended: back in the queue
+    assert (await manager.claim(await manager.store.get("cl"), "replica-a", 10_000, roomy)).ok
+    job = await manager.get("jobs/cl")
+    assert job.state_reason == "retry 1" and job.attempts[1].resumed_from.step == 4
+
+
+async def test_a_job_that_ends_other_than_succeeded_carries_the_failure_its_state_implies(manager):
+    await manager.create(make_job(), job_id="f1")
+    job = await manager.transition("f1", J.JOB_STATE_CANCELLED, "no longer needed")
+    assert job.failure == common_pb2.Failure(kind=common_pb2.FAILURE_KIND_STOPPED, message="no longer needed")
+    await manager.create(make_job(), job_id="f2")
+    given = common_pb2.Failure(kind=common_pb2.FAILURE_KIND_USER_CODE, rank=1, message="ValueError: x")
+    await manager.transition("f2", J.JOB_STATE_STARTING, "test")
+    job = await manager.transition("f2", J.JOB_STATE_FAILED, "rank 1 raised", failure=given)
+    assert job.failure == given

@@ -8,7 +8,7 @@ from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common.errors import InvalidArgument
-from paddleray.services.scheduler.validation import validate_create
+from paddleray.services.scheduler.validation import validate_create, validate_job
 
 pytestmark = pytest.mark.unit
 SPEC = "job.spec"
@@ -120,3 +120,15 @@ def test_missing_job():
     with pytest.raises(InvalidArgument) as error:
         validate_create(None, "", "")
     assert error.value.field == "job"
+
+
+def test_non_retryable_kinds_must_be_known_failure_kinds():
+    job = make_job()
+    job.retry_policy.non_retryable_kinds.extend([common_pb2.FAILURE_KIND_USER_CODE])
+    validate_job(job, "job")
+    for bad in (common_pb2.FAILURE_KIND_UNSPECIFIED, 99):
+        job.retry_policy.ClearField("non_retryable_kinds")
+        job.retry_policy.non_retryable_kinds.extend([common_pb2.FAILURE_KIND_USER_CODE, bad])
+        with pytest.raises(InvalidArgument) as raised:
+            validate_job(job, "job")
+        assert raised.value.field == "job.retry_policy.non_retryable_kinds[1]"

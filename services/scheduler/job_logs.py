@@ -1,0 +1,51 @@
+"""A job's logs: which attempt's trainer run to read, then the run's lines from the trainer.
+
+GetJobLogs is a proxy: the scheduler keeps no logs, the trainer does (per run). This picks the
+attempt (0 means the newest), checks the request, and maps the trainer's answers to the
+errors a job's client expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+from grpc import aio
+
+from paddleray.common.v1 import common_pb2
+from paddleray.services.common import errors
+from paddleray.services.scheduler.jobs import JobManager
+from paddleray.services.scheduler.trainer_client import TrainerClient
+from paddleray.trainer.v1 import trainer_service_pb2 as ts
+
+
+class JobLogs:
+    def __init__(self, manager: JobManager, trainer: TrainerClient | None) -> None:
+        self._manager = manager
+        self._trainer = trainer
+
+    async def stream(self, name: str, attempt: int = 0, rank: int | None = None, tail_lines: int = 0,
+                     follow: bool = False) -> AsyncIterator[list[common_pb2.LogLine]]:
+        """The attempt's log lines in batches, as the trainer sends them."""
+        job = await self._manager.get(name)
+        if attempt < 0:
+            raise errors.InvalidArgument("attempt", "must be >= 0 (0 means the newest)")
+        if tail_lines < 0:
+            raise errors.InvalidArgument("tail_lines", "must be >= 0")
+        if not job.attempts or not job.attempts[-1].run:
+            raise errors.FailedPrecondition(f"{job.name} has not started yet")
+        if attempt > len(job.attempts):
+            raise errors.NotFound(f"{job.name} has no attempt {attempt}")
+        run = job.attempts[attempt - 1 if attempt else -1].run
+        if not run or self._trainer is None:
+            raise errors.FailedPrecondition(f"attempt {attempt} of {job.name} has no trainer run")
+        request = ts.GetRunLogsRequest(name=run, tail_lines=tail_lines, follow=follow)
+        if rank is not None:
+            request.rank = rank
+        try:
+            async for response in self._trainer.run_logs(request):
+                yield list(response.lines)
+        except aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise errors.NotFound(f"the trainer no longer has the logs of {run}") from exc
+            raise errors.Unavailable(f"the trainer could not be reached: {exc.code().name}") from exc
