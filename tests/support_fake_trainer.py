@@ -26,11 +26,12 @@ import grpc
 from google.protobuf import json_format, timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common import states
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2_grpc
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 
 R = run_pb2.RunState
-TERMINAL = {R.RUN_STATE_SUCCEEDED, R.RUN_STATE_FAILED, R.RUN_STATE_STOPPED, R.RUN_STATE_TIMED_OUT}
+TERMINAL = states.RUN_TERMINAL
 
 
 def _now() -> timestamp_pb2.Timestamp:

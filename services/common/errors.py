@@ -46,23 +46,9 @@ class PermissionDenied(DomainError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
-class Unauthenticated(DomainError):
-    code = grpc.StatusCode.UNAUTHENTICATED
-
-
-class ResourceExhausted(DomainError):
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
 class OutOfRange(DomainError):
     code = grpc.StatusCode.OUT_OF_RANGE
 
 
 class Unavailable(DomainError):
     code = grpc.StatusCode.UNAVAILABLE
-
-
-class Aborted(DomainError):
-    """A concurrent change won; the client may retry."""
-
-    code = grpc.StatusCode.ABORTED

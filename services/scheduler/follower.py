@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, states
 from paddleray.services.common.cancellation import cancelling, raise_if_cancelled
 from paddleray.services.common.logs import log_context
 from paddleray.services.scheduler import metrics
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 J = job_pb2.JobState
 R = run_pb2.RunState
 F = common_pb2.FailureKind
-_RUN_TERMINAL = frozenset({R.RUN_STATE_SUCCEEDED, R.RUN_STATE_FAILED, R.RUN_STATE_STOPPED, R.RUN_STATE_TIMED_OUT})
 _RECONNECT_S = 0.5
 # StartRun answered with a transient code is asked again after 0.5 s, 1 s, 2 s, ... up to this.
 _START_BACKOFF_MAX_S = 10.0
@@ -220,7 +219,7 @@ class RunFollower:
             else:
                 await asyncio.sleep(_RECONNECT_S)
             return
-        if state not in _RUN_TERMINAL:
+        if state not in states.RUN_TERMINAL:
             await asyncio.sleep(_RECONNECT_S)
 
     async def _persist(self, job_id: str, event: run_pb2.RunEvent) -> None:

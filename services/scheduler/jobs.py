@@ -21,11 +21,11 @@ from google.protobuf import timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common import errors, names, paging
+from paddleray.services.common import errors, names, paging, states
 from paddleray.services.common.cancellation import raise_if_cancelled
 from paddleray.services.scheduler import validation
 from paddleray.services.scheduler.hooks import JobHooks
-from paddleray.services.scheduler.store import TERMINAL_STATES, Claim, JobRecord, JobStore, WriteResult
+from paddleray.services.scheduler.store import Claim, JobRecord, JobStore, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class LeaseLost(Exception):
 
 
 def is_terminal(state: int) -> bool:
-    return state in TERMINAL_STATES
+    return state in states.JOB_TERMINAL
 
 
 def _ended_by(state: int, reason: str, failure: common_pb2.Failure | None) -> common_pb2.Failure | None:

@@ -23,13 +23,12 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common import states
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.resources import Amounts, job_demand
 from paddleray.services.scheduler.script_batch import ScriptBatcher
 
 J = job_pb2.JobState
-TERMINAL_STATES = (J.JOB_STATE_SUCCEEDED, J.JOB_STATE_FAILED, J.JOB_STATE_CANCELLED, J.JOB_STATE_TIMED_OUT,
-                   J.JOB_STATE_EARLY_STOPPED)
 _SCAN_CHUNK = 200
 
 
@@ -187,7 +186,7 @@ class JobStore:
         result = await self._delete(
             keys=[keys.job(job_id), keys.events(job_id), keys.by_time(), keys.by_tenant(tenant.decode()),
                   keys.by_experiment(experiment), keys.state_set(int(state))],
-            args=[int(state), *TERMINAL_STATES],
+            args=[int(state), *sorted(states.JOB_TERMINAL)],
         )
         return result[0].decode(), int(result[1]) if len(result) > 1 else 0
 

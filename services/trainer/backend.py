@@ -1,7 +1,8 @@
 """PaddleBackend: Paddle's collective environment across the worker actors of one run.
 
-In the spirit of Ray Train's backends: a small config dataclass plus on_start/on_shutdown
-hooks that the worker group calls. The arithmetic (endpoints, per-rank env, GPU device and
+In the spirit of Ray Train's backends: a small config dataclass plus an on_start hook that
+the worker group calls. There is no on_shutdown: Paddle cannot leave a collective group and
+join one again, so nothing is undone in the processes (see PaddleBackend). The arithmetic (endpoints, per-rank env, GPU device and
 memory caps) is in pure functions so the GPU path is checked without a GPU.
 """
 
@@ -109,10 +110,10 @@ def probe_gpu_memory_mb(device: str = "0", run: Callable[..., Any] = subprocess.
 
 
 class PaddleBackend:
-    """on_start joins every rank to one collective group; on_shutdown leaves it in place.
+    """on_start joins every rank to one collective group, for the group's lifetime.
 
     Paddle cannot re-join a group after destroying it, so a group that is kept warm stays
-    initialized; one that is not is ended by killing its processes.
+    initialized; one that is not is ended by killing its processes (WorkerGroup.kill).
     """
 
     def __init__(self, config: PaddleBackendConfig) -> None:
@@ -130,9 +131,6 @@ class PaddleBackend:
             for rank, w in enumerate(workers)
         ]
         await asyncio.wait_for(asyncio.gather(*joins), timeout=self.config.init_timeout_s)
-
-    async def on_shutdown(self, workers: Sequence[Any]) -> None:
-        """Nothing to undo in the processes: see the class docstring."""
 
 
 # Paddle's CPU kernels run on Intel OpenMP, MKL (mklml) and oneDNN, and NumPy may bring

@@ -12,7 +12,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from paddleray.services.common import states
 from paddleray.services.trainer.checkpoints import CheckpointInfo
+from paddleray.trainer.v1 import run_pb2
 
 
 class RunState(StrEnum):
@@ -33,7 +35,7 @@ class RunState(StrEnum):
         return self in TERMINAL
 
 
-TERMINAL = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED, RunState.TIMED_OUT})
+TERMINAL = frozenset(RunState(run_pb2.RunState.Name(s).removeprefix("RUN_STATE_")) for s in states.RUN_TERMINAL)
 _ENDED_BY_STOP = {RunState.STOPPED, RunState.TIMED_OUT, RunState.FAILED}
 TRANSITIONS: dict[RunState, set[RunState]] = {
     RunState.PENDING: {RunState.STARTING, RunState.STOPPING, *_ENDED_BY_STOP},

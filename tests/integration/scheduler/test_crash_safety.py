@@ -15,10 +15,11 @@ from support_scheduler import SchedulerProcess, make_job
 
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import job_service_pb2 as js
+from paddleray.services.common import states
+from paddleray.trainer.v1 import run_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 J = job_pb2.JobState
-TERMINAL = {J.JOB_STATE_SUCCEEDED, J.JOB_STATE_FAILED, J.JOB_STATE_CANCELLED, J.JOB_STATE_TIMED_OUT}
 
 
 async def _create(address: str, jobs: dict[str, job_pb2.Job]) -> None:
@@ -38,7 +39,7 @@ async def _wait_all_terminal(address: str, names, timeout: float = 150) -> dict[
     async with asyncio.timeout(timeout):
         while True:
             jobs = await _states(address, names)
-            if all(j.state in TERMINAL for j in jobs.values()):
+            if all(j.state in states.JOB_TERMINAL for j in jobs.values()):
                 return jobs
             await asyncio.sleep(0.2)
 
@@ -58,7 +59,7 @@ async def test_sigkill_and_restart_every_job_finishes_exactly_once(redis_url, tm
         for _ in range(2):
             # Kill while runs are in flight (and some end unseen while it is down).
             async with asyncio.timeout(60):
-                while not any(r.run.state == 3 for r in fake.runs.values()):  # RUN_STATE_RUNNING
+                while not any(r.run.state == run_pb2.RUN_STATE_RUNNING for r in fake.runs.values()):
                     await asyncio.sleep(0.05)
             await asyncio.sleep(0.4)
             scheduler.kill()

@@ -27,6 +27,7 @@ from paddleray.services.common.server import start_server, stop_server
 from paddleray.services.scheduler.__main__ import registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
+from paddleray.trainer.v1 import run_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -227,7 +228,7 @@ async def test_cancelling_an_experiment_cancels_its_trials_and_starts_no_more(sw
                 await asyncio.sleep(0.05)
         trials = await stack.trials(created.name)
         assert len(trials) == 2 and len(stack.fake.runs) == 2
-        assert all(r.run.state == 7 for r in stack.fake.runs.values())  # RUN_STATE_STOPPED
+        assert all(r.run.state == run_pb2.RUN_STATE_STOPPED for r in stack.fake.runs.values())
         done = await stack.get(created.name)
         assert [(c.state, c.count) for c in done.trials_by_state] == [(J.JOB_STATE_CANCELLED, 2)]
         await stack.experiments.DeleteExperiment(es.DeleteExperimentRequest(name=created.name))

@@ -9,6 +9,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common import states
 from paddleray.services.trainer.__main__ import registrations
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer
@@ -17,9 +18,6 @@ from support import ServerThread, wait_until
 
 WORKER_CODE = Path(__file__).parent / "workers"
 ENTRYPOINTS = "trainer_test_entrypoints"
-TERMINAL = {
-    run_pb2.RUN_STATE_SUCCEEDED, run_pb2.RUN_STATE_FAILED, run_pb2.RUN_STATE_STOPPED, run_pb2.RUN_STATE_TIMED_OUT,
-}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +71,7 @@ class TrainerClient:
     def wait_done(self, name: str, timeout: float = 120) -> run_pb2.Run:
         def finished():
             run = self.get(name)
-            return run if run.state in TERMINAL else None
+            return run if run.state in states.RUN_TERMINAL else None
 
         return wait_until(finished, timeout=timeout, interval=0.1, message=f"{name} to end")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from google.protobuf import duration_pb2
@@ -94,11 +95,13 @@ def test_checkpoint_retention_and_best_checkpoint(client, tmp_path):
     done = client.wait_done(run.name)
     assert done.state == run_pb2.RUN_STATE_SUCCEEDED
     assert done.latest_checkpoint.epoch == 4
-    assert done.best_checkpoint.metrics["loss"] <= done.latest_checkpoint.metrics["loss"]
-    from pathlib import Path
-
+    events = client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=run.name), timeout=60)
+    checkpoints = [e.event.checkpoint for e in events if e.event.HasField("checkpoint")]
+    best = min(checkpoints, key=lambda c: (c.metrics["loss"], c.epoch))  # a tie keeps the earlier one
+    assert done.best_checkpoint.uri == best.uri and done.best_checkpoint.epoch == best.epoch
+    # keep_last=1 keeps the newest; the best one is kept on top of it, once.
     kept = sorted(p.name for p in Path(done.latest_checkpoint.uri).parent.iterdir())
-    assert len(kept) in (1, 2) and Path(done.best_checkpoint.uri).name in kept
+    assert kept == sorted({Path(done.latest_checkpoint.uri).name, Path(best.uri).name})
 
 
 def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer):
