@@ -21,7 +21,7 @@ import hashlib
 import logging
 import math
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 
 from paddleray.common.v1 import common_pb2
@@ -57,6 +57,14 @@ class _Ranking:
     metric: str
     sign: int
     asha: asha.AshaConfig | None
+
+
+@dataclass(frozen=True)
+class _Trial:
+    experiment_id: str
+    index: int
+    ranking: _Ranking
+    value: float | None  # sign * the metric (larger is better), None when not reported
 
 
 class ExperimentManager:
@@ -210,16 +218,12 @@ class ExperimentManager:
     # -- job callbacks ------------------------------------------------------------------------
 
     async def on_metrics(self, job_name: str, attempt: int, report: common_pb2.MetricsReport) -> None:
-        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
-        if owner is None:
+        trial = await self._trial_of(job_name, report.metrics)
+        if trial is None:
             return
-        experiment_id, index = owner
-        ranking = await self._ranking(experiment_id)
-        if ranking is None:
-            return
-        value = report.metrics.get(ranking.metric)
-        if value is not None and not math.isnan(value):
-            await self.store.offer_value(experiment_id, index, ranking.sign * value)
+        experiment_id, index, ranking = trial.experiment_id, trial.index, trial.ranking
+        if trial.value is not None:
+            await self.store.offer_value(experiment_id, index, trial.value)
         if ranking.asha is None:
             return
         decision = await self._asha_state(experiment_id, ranking.asha).on_report(str(index), report)
@@ -232,16 +236,9 @@ class ExperimentManager:
     async def on_checkpoint(self, job_name: str, attempt: int, checkpoint: common_pb2.Checkpoint) -> None:
         """Keeps the trial's best checkpoint by the experiment's metric, so that reading the
         experiment never replays the trial's events."""
-        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
-        if owner is None:
-            return
-        experiment_id, index = owner
-        ranking = await self._ranking(experiment_id)
-        if ranking is None:
-            return
-        value = checkpoint.metrics.get(ranking.metric)
-        if value is not None and not math.isnan(value):
-            await self.store.offer_checkpoint(experiment_id, index, ranking.sign * value, checkpoint)
+        trial = await self._trial_of(job_name, checkpoint.metrics)
+        if trial is not None and trial.value is not None:
+            await self.store.offer_checkpoint(trial.experiment_id, trial.index, trial.value, checkpoint)
 
     async def on_terminal(self, job_name: str, state: int) -> None:
         owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
@@ -267,6 +264,20 @@ class ExperimentManager:
         self._stopping.add(job_name)
         task = self._spawn(stop(job_name, reason))
         task.add_done_callback(lambda _: self._stopping.discard(job_name))
+
+    async def _trial_of(self, job_name: str, metrics: Mapping[str, float]) -> _Trial | None:
+        """The trial the job is, with the sweep's metric as found in `metrics`; None for a job
+        that is not a trial of a live sweep."""
+        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
+        if owner is None:
+            return None
+        experiment_id, index = owner
+        ranking = await self._ranking(experiment_id)
+        if ranking is None:
+            return None
+        value = metrics.get(ranking.metric)
+        signed = ranking.sign * value if value is not None and not math.isnan(value) else None
+        return _Trial(experiment_id, index, ranking, signed)
 
     async def _ranking(self, experiment_id: str) -> _Ranking | None:
         ranking = self._rankings.get(experiment_id)

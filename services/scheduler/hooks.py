@@ -12,7 +12,8 @@ raises is logged and does not affect the job or the other listeners.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from paddleray.common.v1 import common_pb2
 
@@ -42,22 +43,18 @@ class JobHooks:
         self._terminal.append(listener)
 
     async def metrics(self, job_name: str, attempt: int, report: common_pb2.MetricsReport) -> None:
-        for listener in self._metrics:
-            try:
-                await listener(job_name, attempt, report)
-            except Exception:  # noqa: BLE001 - a listener's bug must not break dispatch
-                log.exception("on_metrics listener failed for %s", job_name)
+        await _notify("on_metrics", self._metrics, job_name, attempt, report)
 
     async def checkpoint(self, job_name: str, attempt: int, checkpoint: common_pb2.Checkpoint) -> None:
-        for listener in self._checkpoints:
-            try:
-                await listener(job_name, attempt, checkpoint)
-            except Exception:  # noqa: BLE001 - a listener's bug must not break dispatch
-                log.exception("on_checkpoint listener failed for %s", job_name)
+        await _notify("on_checkpoint", self._checkpoints, job_name, attempt, checkpoint)
 
     async def terminal(self, job_name: str, state: int) -> None:
-        for listener in self._terminal:
-            try:
-                await listener(job_name, state)
-            except Exception:  # noqa: BLE001
-                log.exception("on_terminal listener failed for %s", job_name)
+        await _notify("on_terminal", self._terminal, job_name, state)
+
+
+async def _notify(kind: str, listeners: Sequence[Callable[..., Awaitable[None]]], job_name: str, *args: Any) -> None:
+    for listener in listeners:
+        try:
+            await listener(job_name, *args)
+        except Exception:  # noqa: BLE001 - a listener's bug must not break dispatch
+            log.exception("%s listener failed for %s", kind, job_name)

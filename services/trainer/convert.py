@@ -9,9 +9,9 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors
 from paddleray.services.trainer import runs
+from paddleray.services.trainer.checkpoints import CheckpointInfo
 from paddleray.services.trainer.logs import LogLine
 from paddleray.services.trainer.records import (
-    CheckpointRecord,
     Failure,
     MetricsReport,
     RunEvent,
@@ -45,9 +45,9 @@ def duration_seconds(duration: duration_pb2.Duration) -> float:
     return duration.seconds + duration.nanos / 1e9
 
 
-def checkpoint(record: CheckpointRecord) -> common_pb2.Checkpoint:
+def checkpoint(record: CheckpointInfo) -> common_pb2.Checkpoint:
     return common_pb2.Checkpoint(
-        uri=record.path, step=record.step, epoch=record.epoch, metrics=record.metrics,
+        uri=str(record.path), step=record.step, epoch=record.epoch, metrics=record.metrics,
         create_time=timestamp(record.create_time),
     )
 

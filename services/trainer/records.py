@@ -117,25 +117,8 @@ class MetricsReport:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class CheckpointRecord:
-    """A complete checkpoint as recorded on the run (CheckpointInfo with its path as text)."""
-
-    path: str
-    step: int
-    epoch: int
-    metrics: dict[str, float] = field(default_factory=dict)
-    create_time: float = 0.0
-
-    @classmethod
-    def of(cls, info: CheckpointInfo) -> CheckpointRecord:
-        return cls(str(info.path), info.step, info.epoch, dict(info.metrics), info.create_time)
-
-    def is_of(self, path: Path) -> bool:
-        return self.path == str(path)
-
-
-Payload = StateChange | MetricsReport | CheckpointRecord
+# A checkpoint event's payload is the checkpoint as checkpoints.py reads it from disk.
+Payload = StateChange | MetricsReport | CheckpointInfo
 
 
 @dataclass(frozen=True)
@@ -183,11 +166,10 @@ def payload_from_json(kind: str, data: dict[str, Any]) -> Payload:
     raise ValueError(f"unknown event kind {kind!r}")
 
 
-def checkpoint_to_json(checkpoint: CheckpointRecord) -> dict[str, Any]:
-    return {"path": checkpoint.path, "step": checkpoint.step, "epoch": checkpoint.epoch,
-            "metrics": dict(checkpoint.metrics), "create_time": checkpoint.create_time}
+def checkpoint_to_json(checkpoint: CheckpointInfo) -> dict[str, Any]:
+    return {**checkpoint.manifest(), "path": str(checkpoint.path)}
 
 
-def checkpoint_from_json(data: dict[str, Any]) -> CheckpointRecord:
-    return CheckpointRecord(data["path"], int(data["step"]), int(data["epoch"]), dict(data["metrics"]),
-                            float(data["create_time"]))
+def checkpoint_from_json(data: dict[str, Any]) -> CheckpointInfo:
+    return CheckpointInfo(Path(data["path"]), int(data["step"]), int(data["epoch"]), dict(data["metrics"]),
+                          float(data["create_time"]))

@@ -28,7 +28,6 @@ from paddleray.services.trainer import metrics
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
 from paddleray.services.trainer.records import (
     TRANSITIONS,
-    CheckpointRecord,
     Failure,
     FailureKind,
     MetricsReport,
@@ -59,8 +58,8 @@ class RunRecord:
     failure: Failure | None = None
     workers: list[WorkerInfo] = field(default_factory=list)
     latest_metrics: MetricsReport | None = None
-    latest_checkpoint: CheckpointRecord | None = None
-    best_checkpoint: CheckpointRecord | None = None
+    latest_checkpoint: CheckpointInfo | None = None
+    best_checkpoint: CheckpointInfo | None = None
     create_time: float = field(default_factory=time.time)
     start_time: float | None = None
     end_time: float | None = None
@@ -123,11 +122,11 @@ class RunRecord:
         )
 
 
-def _checkpoint_json(checkpoint: CheckpointRecord | None) -> dict[str, Any] | None:
+def _checkpoint_json(checkpoint: CheckpointInfo | None) -> dict[str, Any] | None:
     return checkpoint_to_json(checkpoint) if checkpoint is not None else None
 
 
-def _checkpoint_record(data: dict[str, Any] | None) -> CheckpointRecord | None:
+def _checkpoint_record(data: dict[str, Any] | None) -> CheckpointInfo | None:
     return checkpoint_from_json(data) if data is not None else None
 
 
@@ -229,8 +228,8 @@ class RunRegistry:
 
     def add_checkpoint(self, run_id: str, info: CheckpointInfo, best: CheckpointInfo | None) -> None:
         record = self.get(run_id)
-        record.latest_checkpoint = CheckpointRecord.of(info)
-        record.best_checkpoint = CheckpointRecord.of(best) if best is not None else None
+        record.latest_checkpoint = info
+        record.best_checkpoint = best
         self._emit(record, record.latest_checkpoint)
 
     def recover_checkpoint(self, run_id: str, store: CheckpointStore, policy: RetentionPolicy) -> None:
@@ -244,7 +243,7 @@ class RunRegistry:
         latest = store.latest()
         record = self.get(run_id)
         known = record.latest_checkpoint
-        if latest is None or (known is not None and known.is_of(latest.path)):
+        if latest is None or (known is not None and known.path == latest.path):
             return
         if record.latest_metrics is None or record.latest_metrics.step <= latest.step:
             self.add_metrics(run_id, latest.step, dict(latest.metrics))

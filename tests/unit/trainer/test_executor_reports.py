@@ -27,7 +27,7 @@ def test_the_best_checkpoint_comes_from_the_reports_without_rereading_the_store(
         # The directories are not on disk: nothing may list or read the checkpoints again.
         info = CheckpointInfo(tmp_path / f"step-{step}", step, step, values, float(step))
         executor._on_report(Report(0, step, values, info))
-        return str(info.path)
+        return info.path
 
     first = report(1, loss=0.5)
     assert registry.get("r1").best_checkpoint.path == first
@@ -38,7 +38,7 @@ def test_the_best_checkpoint_comes_from_the_reports_without_rereading_the_store(
     report(5, loss=0.1)  # a tie keeps the earlier one
     record = registry.get("r1")
     assert record.best_checkpoint.path == third
-    assert record.latest_checkpoint.path == str(tmp_path / "step-5")
+    assert record.latest_checkpoint.path == tmp_path / "step-5"
 
 
 def test_no_best_checkpoint_without_a_best_metric(tmp_path):

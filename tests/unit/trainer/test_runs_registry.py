@@ -67,7 +67,7 @@ def test_records_and_events_survive_a_restart(tmp_path):
     assert reloaded.load() == 2
     done = reloaded.get("done")
     assert done.state == RunState.SUCCEEDED and done.latest_metrics == MetricsReport(3, {"loss": 0.5})
-    assert done.best_checkpoint.path == str(tmp_path / "ckpt")
+    assert done.best_checkpoint.path == tmp_path / "ckpt"
     assert [e.sequence for e in reloaded.events("done")] == [1, 2, 3, 4, 5, 6]
     assert reloaded.by_request_id("req-done").run_id == "done"
     active = reloaded.get("active")
@@ -142,7 +142,7 @@ def test_a_checkpoint_whose_report_never_arrived_is_recorded_from_disk_with_its_
     registry.recover_checkpoint("r1", store, RetentionPolicy(best_metric="loss", best_mode="min"))
     record = registry.get("r1")
     assert record.latest_metrics == MetricsReport(2, {"epoch": 2.0, "loss": 0.5})
-    assert record.latest_checkpoint.path == record.best_checkpoint.path == str(info.path)
+    assert record.latest_checkpoint.path == record.best_checkpoint.path == info.path
     kinds = [type(e.payload).__name__ for e in registry.events("r1")]
     registry.recover_checkpoint("r1", store, RetentionPolicy())
     assert [type(e.payload).__name__ for e in registry.events("r1")] == kinds, "a recorded checkpoint is not recorded twice"
@@ -155,7 +155,7 @@ def test_a_restarted_trainer_records_the_newest_checkpoint_of_a_run_it_fails(tmp
     restarted = runs.RunRegistry(tmp_path)
     assert restarted.load() == 1
     record = restarted.get("r1")
-    assert record.state == RunState.FAILED and record.latest_checkpoint.path == str(info.path)
+    assert record.state == RunState.FAILED and record.latest_checkpoint.path == info.path
     assert record.latest_metrics == MetricsReport(3, {"epoch": 3.0})
 
 
