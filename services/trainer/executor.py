@@ -77,6 +77,8 @@ class RunExecutor:
         self._last_report: float | None = None
         self._reported_throughput = False
         self._best: CheckpointInfo | None = None
+        # Why the cluster can never place this run, while it waits for placement.
+        self._unplaceable: str | None = None
         self.group: WorkerGroup | None = None
 
     def request_stop(self, state: RunState, reason: str, grace_s: float) -> None:
@@ -132,6 +134,9 @@ class RunExecutor:
         if self._stop is not None:
             state, reason = self._stop.state, f"{self._stop.reason}{reason and '; ' + reason}"
             failure = Failure(self._stop.kind, reason)
+            if state == RunState.TIMED_OUT and self.group is None and self._unplaceable:
+                # It timed out waiting for a placement the cluster can never give it.
+                failure = Failure(FailureKind.PLACEMENT_IMPOSSIBLE, f"{reason}: {self._unplaceable}")
         elif state == RunState.STOPPED and failure is None:
             failure = Failure(FailureKind.STOPPED, reason)
         self._registry.transition(self.run_id, state, reason, failure)
@@ -180,10 +185,11 @@ class RunExecutor:
         idle = self._pool.idle_resources()
         available = {k: available.get(k, 0.0) + idle.get(k, 0.0) for k in {*available, *idle}}
         group = self.spec.group
-        hint = placement.placement_hint(
+        hint = placement.explain_placement(
             bundle(group.resources), group.num_workers, group.strategy, total, available, nodes
         )
-        self._registry.explain(self.run_id, RunState.PENDING, hint)
+        self._unplaceable = hint.text if hint.impossible else None
+        self._registry.explain(self.run_id, RunState.PENDING, hint.text)
 
     async def _start_ranks(self, group: WorkerGroup) -> None:
         shards: list[dict[str, Any]] = [{} for _ in group.actors]

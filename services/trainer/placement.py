@@ -8,6 +8,7 @@ explanation in the run's state_reason while it waits.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import ray
 
@@ -15,14 +16,22 @@ import ray
 _EPSILON = 1e-4
 
 
-def placement_hint(
+@dataclass(frozen=True)
+class PlacementHint:
+    text: str
+    # The cluster as it is can never place the group (only new or larger nodes would): what a
+    # run that ends while waiting reports as FAILURE_KIND_PLACEMENT_IMPOSSIBLE.
+    impossible: bool = False
+
+
+def explain_placement(
     bundle: Mapping[str, float],
     num_workers: int,
     strategy: str,
     total: Mapping[str, float],
     available: Mapping[str, float],
     nodes: Sequence[Mapping[str, float]],
-) -> str:
+) -> PlacementHint:
     """The first reason, from the hardest to fix, that `num_workers` x `bundle` is not placed.
 
     total/available: the cluster's resources (available including what idle warm groups
@@ -30,16 +39,18 @@ def placement_hint(
     """
     needed = {name: amount * num_workers for name, amount in bundle.items() if amount > 0}
     if short := _short(needed, total):
-        return f"waiting for resources the cluster does not have: the run needs {short} in total"
+        return PlacementHint(f"waiting for resources the cluster does not have: the run needs {short} in total", True)
     if not any(_fits(bundle, node) for node in nodes):
-        return f"waiting for a node that can hold one worker ({_amounts(bundle)}): no node has that much"
+        return PlacementHint(
+            f"waiting for a node that can hold one worker ({_amounts(bundle)}): no node has that much", True
+        )
     if strategy == "STRICT_PACK" and not any(_fits(needed, node) for node in nodes):
-        return f"waiting for one node that can hold every worker (STRICT_PACK, {_amounts(needed)})"
+        return PlacementHint(f"waiting for one node that can hold every worker (STRICT_PACK, {_amounts(needed)})", True)
     if strategy == "STRICT_SPREAD" and sum(_fits(bundle, node) for node in nodes) < num_workers:
-        return f"waiting for {num_workers} nodes that can each hold one worker (STRICT_SPREAD)"
+        return PlacementHint(f"waiting for {num_workers} nodes that can each hold one worker (STRICT_SPREAD)", True)
     if short := _short(needed, available):
-        return f"waiting for resources in use by other runs: the run needs {short} available"
-    return "waiting for Ray to place the workers"
+        return PlacementHint(f"waiting for resources in use by other runs: the run needs {short} available")
+    return PlacementHint("waiting for Ray to place the workers")
 
 
 def cluster_view() -> tuple[dict[str, float], dict[str, float], list[dict[str, float]]]:

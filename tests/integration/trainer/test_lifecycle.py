@@ -61,6 +61,17 @@ def test_a_run_that_cannot_be_placed_times_out_while_pending(client):
     assert done.state == run_pb2.RUN_STATE_TIMED_OUT
     assert done.state_reason == "ran past its timeout of 1s; before its workers started"
     assert not done.workers
+    assert done.failure.kind == common_pb2.FAILURE_KIND_TIMEOUT, "timed out before the placement was judged"
+
+
+def test_a_run_that_times_out_waiting_for_a_placement_the_cluster_can_never_give_says_so(client):
+    spec = client.spec("hello")
+    spec.resources_per_worker.num_cpus = 64  # the cluster has 2
+    request = trainer_service_pb2.StartRunRequest(spec=spec, timeout=duration_pb2.Duration(seconds=4))
+    done = client.wait_done(client.stub.StartRun(request).run.name, timeout=60)
+    assert done.state == run_pb2.RUN_STATE_TIMED_OUT
+    assert done.failure.kind == common_pb2.FAILURE_KIND_PLACEMENT_IMPOSSIBLE
+    assert "the run needs 64 CPU (has 2 CPU) in total" in done.failure.message
 
 
 def _epochs(client, name):

@@ -1,10 +1,10 @@
-"""placement_hint: what a pending run's placement group waits for, from Ray's resource view."""
+"""explain_placement: what a pending run's placement group waits for, from Ray's resource view."""
 
 from __future__ import annotations
 
 import pytest
 
-from paddleray.services.trainer.placement import placement_hint
+from paddleray.services.trainer.placement import explain_placement
 
 pytestmark = pytest.mark.unit
 
@@ -12,6 +12,18 @@ NODE = {"CPU": 2.0, "memory": 8 * 2**30}
 TWO_NODES = [NODE, NODE]
 TOTAL = {"CPU": 4.0, "memory": 16 * 2**30}
 
+
+def placement_hint(*args) -> str:
+    return explain_placement(*args).text
+
+
+def test_only_what_the_cluster_can_never_hold_is_impossible():
+    assert explain_placement({"CPU": 64.0}, 1, "PACK", TOTAL, TOTAL, TWO_NODES).impossible
+    assert explain_placement({"CPU": 3.0}, 1, "PACK", TOTAL, TOTAL, TWO_NODES).impossible
+    assert explain_placement({"CPU": 1.5}, 2, "STRICT_PACK", TOTAL, TOTAL, TWO_NODES).impossible
+    busy = explain_placement({"CPU": 1.0}, 2, "PACK", TOTAL, {"CPU": 1.0, "memory": TOTAL["memory"]}, TWO_NODES)
+    assert not busy.impossible, "in use by other runs: it will fit once they end"
+    assert not explain_placement({"CPU": 1.0}, 1, "PACK", TOTAL, TOTAL, TWO_NODES).impossible
 
 def test_more_than_the_cluster_has_names_the_missing_resources():
     hint = placement_hint({"CPU": 64.0}, 1, "PACK", TOTAL, TOTAL, TWO_NODES)
