@@ -94,6 +94,12 @@ class RunFollower:
 
     async def follow(self, job_id: str) -> None:
         """Returns once the job left STARTING/RUNNING or is no longer ours."""
+        try:
+            await self._follow(job_id)
+        finally:
+            self._start_tries.pop(job_id, None)
+
+    async def _follow(self, job_id: str) -> None:
         with log_context(job=job_id):
             while True:
                 raise_if_cancelled()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from support_scheduler import make_job
 
+from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.services.trainer.__main__ import registrations as trainer_registrations
@@ -49,6 +50,9 @@ async def test_failed_attempt_resumes_from_its_real_checkpoint(stack_factory, re
         assert done.state == J.JOB_STATE_SUCCEEDED, done.state_reason
         first, second = done.attempts
         assert first.state == J.JOB_STATE_FAILED and "injected failure at epoch 3" in first.failure_reason
+        # The real trainer's failure reaches the job as data: user code raised on rank 0.
+        assert first.failure.kind == common_pb2.FAILURE_KIND_USER_CODE and first.failure.rank == 0
+        assert "injected failure at epoch 3" in first.failure.message and first.failure.traceback
         assert second.resumed_from.epoch == 2 and Path(second.resumed_from.uri).is_dir()
         events = await stack.events(job.name)
         started = {e.attempt: e.metrics.metrics["started_at_epoch"] for e in events if e.WhichOneof("payload") == "metrics"}
