@@ -102,7 +102,7 @@ class ExperimentManager:
         stored.CopyFrom(experiment)
         for output_only in ("state", "state_reason", "trials_by_state", "best_trial", "end_time"):
             stored.ClearField(output_only)
-        stored.name = f"experiments/{experiment_id or 'exp-' + uuid.uuid4().hex[:12]}"
+        stored.name = names.EXPERIMENT.format(experiment=experiment_id or f"exp-{uuid.uuid4().hex[:12]}")
         stored.create_time.CopyFrom(now_ts())
         stored.total_trials = len(plan)
         status, found_id = await self.store.create(stored, plan, request_id)
@@ -111,7 +111,7 @@ class ExperimentManager:
         if status == "created":
             log.info("experiment %s created with %d trials", stored.name, len(plan))
             await self.fill(found_id)
-        return await self.get(f"experiments/{found_id}")
+        return await self.get(names.EXPERIMENT.format(experiment=found_id))
 
     # -- read -----------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class ExperimentManager:
         # A cancel that ran while this job was being created did not see it.
         current = await self.store.get(experiment_id)
         if current is not None and current.state == E.EXPERIMENT_STATE_CANCELLED:
-            self._cancel_job(f"jobs/{job_id}", current.experiment.state_reason)
+            self._cancel_job(names.JOB.format(job=job_id), current.experiment.state_reason)
 
     async def _finish_if_done(self, experiment_id: str) -> None:
         status, state = await self.store.end(experiment_id, "finish", now_ms())
@@ -241,7 +241,7 @@ class ExperimentManager:
             await self.store.offer_checkpoint(trial.experiment_id, trial.index, trial.value, checkpoint)
 
     async def on_terminal(self, job_name: str, state: int) -> None:
-        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
+        owner = await self.store.owner_of(names.JOB.parse_one(job_name))
         if owner is None:
             return
         experiment_id, index = owner
@@ -268,7 +268,7 @@ class ExperimentManager:
     async def _trial_of(self, job_name: str, metrics: Mapping[str, float]) -> _Trial | None:
         """The trial the job is, with the sweep's metric as found in `metrics`; None for a job
         that is not a trial of a live sweep."""
-        owner = await self.store.owner_of(job_name.removeprefix("jobs/"))
+        owner = await self.store.owner_of(names.JOB.parse_one(job_name))
         if owner is None:
             return None
         experiment_id, index = owner
@@ -333,7 +333,7 @@ class ExperimentManager:
                 raise errors.FailedPrecondition(f"{name}: trial {job.name} is still stopping")
         for job_id in job_ids:
             try:
-                await self.jobs.delete(f"jobs/{job_id}")
+                await self.jobs.delete(names.JOB.format(job=job_id))
             except errors.NotFound:
                 pass
         await self.store.delete(record, job_ids)

@@ -149,7 +149,7 @@ class JobManager:
         )
         if job.HasField("timeout"):
             stored.timeout.CopyFrom(job.timeout)
-        stored.name = f"jobs/{job_id or 'job-' + uuid.uuid4().hex[:16]}"
+        stored.name = names.JOB.format(job=job_id or f"job-{uuid.uuid4().hex[:16]}")
         stored.state = J.JOB_STATE_QUEUED
         stored.create_time.CopyFrom(now_ts())
         stored.update_time.CopyFrom(stored.create_time)
@@ -164,7 +164,7 @@ class JobManager:
         if status == "exists":
             # redis-py resends a command after a dropped connection; if the first send was
             # executed, the job found is this very one, not another request's.
-            found = await self.store.get(stored.name.removeprefix("jobs/"))
+            found = await self.store.get(names.JOB.parse_one(stored.name))
             if found is None or found.job.create_time != stored.create_time or found.job.spec != stored.spec:
                 raise errors.AlreadyExists(f"{stored.name} already exists")
             return found.job
@@ -211,7 +211,7 @@ class JobManager:
         while True:
             record = await self.store.get(job_id)
             if record is None:
-                raise errors.NotFound(f"jobs/{job_id} not found")
+                raise errors.NotFound(f"{names.JOB.format(job=job_id)} not found")
             from_state = record.job.state
             if to_state not in ALLOWED.get(from_state, ()) or (expect is not None and from_state not in expect):
                 raise IllegalTransition(record.job.name, from_state, to_state)
@@ -285,7 +285,7 @@ class JobManager:
         if result.status == "lost":
             raise LeaseLost(job_id)
         if result.status == "missing":
-            raise errors.NotFound(f"jobs/{job_id} not found")
+            raise errors.NotFound(f"{names.JOB.format(job=job_id)} not found")
         return result.ok
 
     # -- stopping -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from paddleray.services.common import names
 from paddleray.services.trainer import metrics, placement, runs
 from paddleray.services.trainer.backend import PaddleBackendConfig
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore
@@ -200,7 +201,7 @@ class RunExecutor:
                 open_dataset_shards, list(self.spec.datasets), len(group.actors), self._storage_root
             )
         base = ContextSpec(
-            run_name=f"runs/{self.run_id}",
+            run_name=names.RUN.format(run=self.run_id),
             paths=self._paths,
             rank=0,
             world_size=len(group.actors),

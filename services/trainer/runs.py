@@ -23,7 +23,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, names
 from paddleray.services.trainer import metrics
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
 from paddleray.services.trainer.records import (
@@ -66,7 +66,7 @@ class RunRecord:
 
     @property
     def name(self) -> str:
-        return f"runs/{self.run_id}"
+        return names.RUN.format(run=self.run_id)
 
     @property
     def terminal(self) -> bool:
@@ -143,7 +143,7 @@ class RunRegistry:
         try:
             return self._runs[run_id]
         except KeyError:
-            raise errors.NotFound(f"runs/{run_id} not found") from None
+            raise errors.NotFound(f"{names.RUN.format(run=run_id)} not found") from None
 
     def by_request_id(self, request_id: str) -> RunRecord | None:
         run_id = self._by_request.get(request_id)
