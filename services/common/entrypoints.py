@@ -25,7 +25,9 @@ from paddleray.services.common import errors
 from paddleray.services.common.packages import module_file_in
 
 DEFAULT_ALLOWLIST = ("paddleray.services.trainer.examples",)
-_ENTRYPOINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+# Python identifiers, ASCII only (the scheduler and the trainer accept the same entrypoints).
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_ENTRYPOINT = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}")
 
 
 def check_form(entrypoint: str, field: str = "spec.entrypoint") -> None:

@@ -46,6 +46,10 @@ class PermissionDenied(DomainError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
+class ResourceExhausted(DomainError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class OutOfRange(DomainError):
     code = grpc.StatusCode.OUT_OF_RANGE
 

@@ -25,19 +25,6 @@ def check_id(value: str, field: str) -> str:
     return value
 
 
-# User code as "package.module:function": Python identifiers, ASCII only.
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-ENTRYPOINT_PATTERN = rf"{_IDENT}(\.{_IDENT})*:{_IDENT}"
-_ENTRYPOINT = re.compile(ENTRYPOINT_PATTERN)
-
-
-def check_entrypoint(value: str, field: str) -> str:
-    """value when it has the form "package.module:function"; INVALID_ARGUMENT naming field otherwise."""
-    if not _ENTRYPOINT.fullmatch(value):
-        raise InvalidArgument(field, "must have the form 'package.module:function'")
-    return value
-
-
 class ResourceName:
     """A name pattern such as "models/{model}/versions/{version}".
 

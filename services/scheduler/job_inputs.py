@@ -76,7 +76,9 @@ class JobInputs:
         if record is None:
             raise errors.FailedPrecondition(f"{field}: {name} does not exist")
         for checkpoint in [*await self._best(record.job), record.job.latest_checkpoint]:
-            if checkpoint.uri and await asyncio.to_thread(Path(checkpoint.uri).is_dir):
+            if not checkpoint.uri:
+                continue
+            if await asyncio.to_thread(Path(checkpoint.uri).is_dir):
                 return checkpoint.uri
         raise errors.FailedPrecondition(f"{field}: {name} has no checkpoint (yet)")
 

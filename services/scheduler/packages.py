@@ -39,7 +39,7 @@ _WRITE_BATCH = 4 << 20
 class PackageStore:
     def __init__(self, storage_root: str | os.PathLike, max_bytes: int) -> None:
         self.storage_root = Path(storage_root)
-        self.directory = packages.directory(storage_root)
+        self.directory = packages.directory(self.storage_root)
         self.max_bytes = max_bytes
 
     def remove_stale_uploads(self, now: float | None = None) -> int:

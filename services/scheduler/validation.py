@@ -14,6 +14,7 @@ from google.protobuf import duration_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common import entrypoints
 from paddleray.services.common import names as resource_names
 from paddleray.services.common.errors import InvalidArgument
 
@@ -68,7 +69,7 @@ def validate_job(job: job_pb2.Job, field: str) -> None:
 def validate_spec(spec: common_pb2.TrainingSpec, field: str) -> None:
     if not spec.entrypoint:
         raise InvalidArgument(f"{field}.entrypoint", "required")
-    resource_names.check_entrypoint(spec.entrypoint, f"{field}.entrypoint")
+    entrypoints.check_form(spec.entrypoint, f"{field}.entrypoint")
     if spec.config.ByteSize() > MAX_CONFIG_BYTES:
         raise InvalidArgument(f"{field}.config", "at most 1 MiB serialized")
     if not 0 <= spec.num_workers <= MAX_WORKERS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paddleray.services.common import errors
-from paddleray.services.common.entrypoints import check_entrypoint
+from paddleray.services.common.entrypoints import check_entrypoint, check_form
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +35,17 @@ def test_malformed_entrypoint_is_invalid_argument():
     with pytest.raises(errors.InvalidArgument) as raised:
         check_entrypoint("my_trainer/train.py", ALLOW, FILES)
     assert raised.value.field == "spec.entrypoint"
+
+
+@pytest.mark.parametrize("entrypoint", ["pkg.mod:fn", "a:b", "_p.q_1:run_2"])
+def test_entrypoints_of_python_identifiers_pass(entrypoint):
+    assert check_form(entrypoint, "spec.entrypoint") is None
+
+
+@pytest.mark.parametrize("entrypoint", ["", "pkg.mod", "pkg.mod:", ":fn", "1pkg:fn", "pkg..mod:fn", "pkg.mod:fn()",
+                                        "pkg.mod:fn\n", "pkg.mód:fn"])
+def test_malformed_entrypoints_name_the_field_and_form(entrypoint):
+    with pytest.raises(errors.InvalidArgument) as raised:
+        check_form(entrypoint, "job.spec.entrypoint")
+    assert raised.value.field == "job.spec.entrypoint"
+    assert "package.module:function" in raised.value.rule

@@ -55,16 +55,3 @@ def test_pattern_misuse_is_a_programming_error():
     with pytest.raises(ValueError):
         names.JOB.format(run="x")
 
-
-@pytest.mark.parametrize("entrypoint", ["pkg.mod:fn", "a:b", "_p.q_1:run_2"])
-def test_entrypoints_of_python_identifiers_pass(entrypoint):
-    assert names.check_entrypoint(entrypoint, "spec.entrypoint") == entrypoint
-
-
-@pytest.mark.parametrize("entrypoint", ["", "pkg.mod", "pkg.mod:", ":fn", "1pkg:fn", "pkg..mod:fn", "pkg.mod:fn()",
-                                        "pkg.mod:fn\n", "pkg.mód:fn"])
-def test_malformed_entrypoints_name_the_field_and_form(entrypoint):
-    with pytest.raises(InvalidArgument) as raised:
-        names.check_entrypoint(entrypoint, "job.spec.entrypoint")
-    assert raised.value.field == "job.spec.entrypoint"
-    assert "package.module:function" in raised.value.rule
