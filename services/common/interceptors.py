@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 from grpc import aio
+from redis import exceptions as redis_errors
 
 from paddleray.services.common import errors, metrics
 
@@ -98,6 +99,9 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
                 await context.abort(exc.code, exc.message)
             if isinstance(exc, NotImplementedError):
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
+            if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
+                # Redis down is a dependency outage the client may retry, not a bug of ours.
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
             incident = uuid.uuid4().hex[:12]
             log.error("unexpected error in %s (incident %s)", method, incident, exc_info=exc)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error (incident {incident}); see the server log")

@@ -101,10 +101,20 @@ async def run_service(
     services: Sequence[ServiceRegistration],
     on_started: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    readiness: Callable[[], Awaitable[bool]] | None = None,
+    readiness_interval_s: float = 2.0,
 ) -> None:
-    """Serves until SIGTERM or SIGINT, then shuts down gracefully."""
+    """Serves until SIGTERM or SIGINT, then shuts down gracefully.
+
+    With `readiness`, health reports SERVING only while it returns True (checked every
+    readiness_interval_s): a service whose dependencies are down says so.
+    """
     configure_logging(service, settings.log_level, settings.log_json)
     server = await start_server(settings, services)
+    watcher = None
+    if readiness is not None:
+        await server.set_serving(await readiness())
+        watcher = asyncio.create_task(_watch_readiness(server, readiness, readiness_interval_s))
     if settings.metrics_port is not None:
         metrics_port = serve_metrics(settings.metrics_port, settings.host)
         log.info("metrics on http://%s:%d/metrics", settings.host, metrics_port)
@@ -122,7 +132,20 @@ async def run_service(
     log.info("%s serving on %s:%d", service, settings.host, server.port)
     await stop.wait()
     log.info("%s shutting down (grace %.1fs)", service, settings.grace_period_s)
+    if watcher is not None:
+        watcher.cancel()
     await stop_server(server, settings.grace_period_s)
     if on_shutdown is not None:
         await on_shutdown()
     log.info("%s stopped", service)
+
+
+async def _watch_readiness(server: Server, readiness: Callable[[], Awaitable[bool]], interval_s: float) -> None:
+    serving = None
+    while True:
+        ready = await readiness()
+        if ready != serving:
+            log.log(logging.INFO if ready else logging.WARNING, "health: %s", "SERVING" if ready else "NOT_SERVING")
+            await server.set_serving(ready)
+            serving = ready
+        await asyncio.sleep(interval_s)

@@ -5,24 +5,30 @@ from __future__ import annotations
 from paddleray.exporter.v1 import exporter_service_pb2, exporter_service_pb2_grpc
 from paddleray.services.common.entry import run
 from paddleray.services.common.server import ServiceRegistration, run_service
+from paddleray.services.exporter.app import ExporterApp
+from paddleray.services.exporter.servicer import ExporterServicer
 from paddleray.services.exporter.settings import ExporterSettings
 
 
-def registrations(settings: ExporterSettings) -> list[ServiceRegistration]:
-    # Export and serving behaviour come with the exporter issue; until then every RPC answers
-    # UNIMPLEMENTED through the generated base servicer.
+def registrations(app: ExporterApp) -> list[ServiceRegistration]:
     return [
         ServiceRegistration(
             exporter_service_pb2.DESCRIPTOR.services_by_name["ExporterService"].full_name,
-            exporter_service_pb2_grpc.ExporterServiceServicer(),
+            ExporterServicer(app.exports, app.models, app.deployments),
             exporter_service_pb2_grpc.add_ExporterServiceServicer_to_server,
         )
     ]
 
 
+async def serve(settings: ExporterSettings) -> None:
+    app = ExporterApp(settings)
+    await run_service("exporter", settings, registrations(app), on_started=app.start, on_shutdown=app.stop,
+                      readiness=app.ready, readiness_interval_s=settings.health_interval_s)
+
+
 def main() -> None:
     settings = ExporterSettings.from_env_and_flags("paddleray-exporter")
-    run(lambda: run_service("exporter", settings, registrations(settings)))
+    run(lambda: serve(settings))
 
 
 if __name__ == "__main__":

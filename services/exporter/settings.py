@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from paddleray.services.common.settings import ServiceSettings
 
 
+def _replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
 class ExporterSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="PADDLERAY_EXPORTER_", extra="ignore")
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the model registry.")
-    ray_address: str = Field("auto", description="Ray cluster that runs Ray Serve.")
+    ray_address: str = Field("auto", description="Ray cluster that runs exports and Ray Serve.")
+
+    # -- export, registry and deployments ----------------------------------------------------
+    scheduler_address: str = Field(
+        "127.0.0.1:50051", description="host:port of the scheduler, read for exports from a job; empty disables them."
+    )
+    scheduler_auth_token: str = Field("", description="Bearer token the scheduler requires, if any.")
+    scheduler_rpc_timeout_s: float = Field(10.0, gt=0, description="Deadline of calls to the scheduler.")
+    builder_allowlist: list[str] = Field(
+        default_factory=lambda: ["paddleray.services.trainer.examples"],
+        description="Module prefixes whose model builders exports may call (as the trainer's entrypoint_allowlist).",
+    )
+    export_num_cpus: float = Field(1.0, gt=0, description="CPUs the export task reserves on the cluster.")
+    export_timeout_s: float = Field(900.0, gt=0, description="An export running longer than this fails.")
+    replica_id: str = Field(default_factory=_replica_id, description="Owner name of this replica's exports.")
+    owner_lease_s: float = Field(
+        10.0, gt=0, description="Exports of a replica that stopped renewing its lease this long ago are failed."
+    )
+    sweep_interval_s: float = Field(2.0, gt=0, description="How often leases are renewed and lost exports swept.")
+    reconcile_interval_s: float = Field(
+        5.0, gt=0, description="Longest wait between reconcile passes (a change triggers one at once)."
+    )
+    health_interval_s: float = Field(2.0, gt=0, description="How often Redis and Ray reachability is checked.")

@@ -1,0 +1,67 @@
+"""ExporterApp: the exporter's parts wired together, with start, stop and readiness.
+
+Built inside the event loop (grpc.aio channels and redis.asyncio clients bind to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from paddleray.services.exporter.deployment_store import DeploymentStore
+from paddleray.services.exporter.deployments import DeploymentManager
+from paddleray.services.exporter.exports import ExportManager
+from paddleray.services.exporter.models import ModelRegistry
+from paddleray.services.exporter.ray_exports import RayExportRunner
+from paddleray.services.exporter.ray_link import RayLink
+from paddleray.services.exporter.settings import ExporterSettings
+from paddleray.services.exporter.sources import SchedulerJobs
+from paddleray.services.exporter.store import RegistryStore
+
+log = logging.getLogger(__name__)
+
+
+class ExporterApp:
+    def __init__(self, settings: ExporterSettings, runner=None) -> None:
+        self.settings = settings
+        self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=256)
+        self.store = RegistryStore(self.redis)
+        self.deployment_store = DeploymentStore(self.redis)
+        self.ray = RayLink(settings.ray_address)
+        self.jobs = SchedulerJobs(settings.scheduler_address, settings.scheduler_auth_token,
+                                  settings.scheduler_rpc_timeout_s)
+        self.exports = ExportManager(
+            self.store, self.jobs, runner or RayExportRunner(settings.export_num_cpus), settings.storage_root,
+            settings.builder_allowlist, settings.replica_id, settings.owner_lease_s, settings.export_timeout_s,
+        )
+        self.models = ModelRegistry(self.store, settings.storage_root)
+        self.deployments = DeploymentManager(self.deployment_store, self.store, endpoint="")
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        await self.ray.connect()
+        # Exports a predecessor left behind end now, not only after the first sweep interval.
+        with contextlib.suppress(RedisError, OSError):
+            await self.exports.sweep()
+        self._tasks.append(asyncio.create_task(self.exports.run_sweeper(self.settings.sweep_interval_s)))
+
+    async def ready(self) -> bool:
+        """SERVING only while Redis and the Ray cluster can both be reached."""
+        try:
+            await asyncio.wait_for(self.redis.ping(), 2.0)
+        except (RedisError, OSError, TimeoutError):
+            return False
+        return await self.ray.reachable()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(RedisError, OSError):
+            await self.exports.shutdown()
+        await self.jobs.close()
+        await self.redis.aclose()

@@ -1,0 +1,168 @@
+"""DeploymentManager: deployments as resources; every change returns at once and is reconciled.
+
+Create, update and delete only record the desired state (DEPLOYING, UPDATING, DELETING) and
+wake the reconciler (reconciler.py), which moves Ray Serve there and writes back what it
+observes. Which versions may be served is checked here against the registry and again, in the
+same step as the write, by the Lua scripts (a version must be READY when it is first served).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from google.protobuf import field_mask_pb2
+
+from paddleray.exporter.v1 import deployment_pb2, model_pb2
+from paddleray.services.common import errors, names, paging
+from paddleray.services.exporter import convert, deployment_spec
+from paddleray.services.exporter.deployment_store import DeploymentRecord, DeploymentStore, WriteResult
+from paddleray.services.exporter.export_spec import MAX_REQUEST_ID
+from paddleray.services.exporter.store import RegistryStore
+
+D = deployment_pb2.DeploymentState
+_OUTPUT_FIELDS = ("name", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time")
+_SCAN_CHUNK = 200
+Live = Callable[[deployment_pb2.Deployment], Awaitable[deployment_pb2.Deployment]]
+
+
+class DeploymentManager:
+    def __init__(self, store: DeploymentStore, registry: RegistryStore, endpoint: str,
+                 on_change: Callable[[], None] | None = None, live: Live | None = None) -> None:
+        self.store = store
+        self.registry = registry
+        self.endpoint = endpoint
+        self.on_change = on_change or (lambda: None)
+        self.live = live
+
+    async def create(self, deployment_id: str, deployment: deployment_pb2.Deployment,
+                     request_id: str) -> deployment_pb2.Deployment:
+        names.check_id(deployment_id, "deployment_id")
+        if len(request_id) > MAX_REQUEST_ID:
+            raise errors.InvalidArgument("request_id", f"must be at most {MAX_REQUEST_ID} characters")
+        desired = deployment_pb2.Deployment()
+        desired.CopyFrom(deployment)
+        for field in _OUTPUT_FIELDS:
+            desired.ClearField(field)
+        desired.serving_name = desired.serving_name or deployment_id
+        deployment_spec.check_serving_name(desired.serving_name)
+        found = deployment_spec.validate(desired)
+        await self._check_versions(desired, found)
+        now = time.time_ns()
+        desired.name = names.DEPLOYMENT.format(deployment=deployment_id)
+        desired.model = names.MODEL.format(model=found[0][0])
+        desired.state = D.DEPLOYMENT_STATE_DEPLOYING
+        desired.endpoint = self.endpoint
+        desired.create_time.FromNanoseconds(now)
+        desired.update_time.FromNanoseconds(now)
+        result = await self.store.create(desired, found, request_id)
+        if result.status == "duplicate" and result.record is not None:
+            return result.record.deployment
+        self._raise_failure(result, desired, found)
+        self.on_change()
+        return desired
+
+    async def get(self, name: str) -> deployment_pb2.Deployment:
+        record = await self._record(name)
+        return await self.live(record.deployment) if self.live is not None else record.deployment
+
+    async def list(self, page_size: int, page_token: str, model: str,
+                   model_version: str) -> tuple[list[deployment_pb2.Deployment], str]:
+        if model:
+            names.MODEL.parse(model, "model")
+        if model_version:
+            names.MODEL_VERSION.parse(model_version, "model_version")
+        size = paging.page_size(page_size)
+        filters = {"model": model, "model_version": model_version}
+        after = paging.decode_page_token(page_token, filters, "ListDeployments") or ""
+        page: list[deployment_pb2.Deployment] = []
+        while True:
+            found, more = await self.store.scan(_SCAN_CHUNK, after)
+            for record, member in found:
+                d = record.deployment
+                if (model and d.model != model) or (model_version and all(
+                        t.model_version != model_version for t in d.traffic)):
+                    continue
+                page.append(d)
+                if len(page) == size:
+                    return page, paging.encode_page_token(member, filters)
+            if not more or not found:
+                return page, ""
+            after = found[-1][1]
+
+    async def update(self, deployment: deployment_pb2.Deployment,
+                     mask: field_mask_pb2.FieldMask) -> deployment_pb2.Deployment:
+        for _ in range(5):
+            record = await self._record(deployment.name, "deployment.name")
+            if record.deployment.state == D.DEPLOYMENT_STATE_DELETING:
+                raise errors.FailedPrecondition(f"{deployment.name} is being deleted")
+            merged = deployment_spec.merge(record.deployment, deployment, list(mask.paths))
+            found = deployment_spec.validate(merged)
+            await self._check_versions(merged, found, already_served=set(deployment_spec.targets(record.deployment)))
+            merged.state = D.DEPLOYMENT_STATE_UPDATING
+            merged.state_reason = ""
+            merged.update_time.FromNanoseconds(time.time_ns())
+            result = await self.store.update(record, merged, found, deployment_spec.targets(record.deployment))
+            if result.status == "conflict":
+                continue
+            self._raise_failure(result, merged, found)
+            self.on_change()
+            return merged
+        raise errors.Aborted(f"{deployment.name} kept changing; retry")
+
+    async def delete(self, name: str) -> deployment_pb2.Deployment:
+        for _ in range(5):
+            record = await self._record(name)
+            deleting = deployment_pb2.Deployment()
+            deleting.CopyFrom(record.deployment)
+            deleting.state = D.DEPLOYMENT_STATE_DELETING
+            deleting.state_reason = ""
+            deleting.update_time.FromNanoseconds(time.time_ns())
+            if await self.store.write_status(record, deleting) is not None:
+                self.on_change()
+                return deleting
+        raise errors.Aborted(f"{name} kept changing; retry")
+
+    async def _record(self, name: str, field: str = "name") -> DeploymentRecord:
+        deployment_id = names.DEPLOYMENT.parse_one(name, field)
+        record = await self.store.get(deployment_id)
+        if record is None:
+            raise errors.NotFound(f"{name} does not exist")
+        return record
+
+    async def _check_versions(self, desired: deployment_pb2.Deployment, found: list[tuple[str, int]],
+                              already_served: set[tuple[str, int]] = frozenset()) -> None:
+        for i, (model_id, number) in enumerate(found):
+            where = f"deployment.traffic[{i}].model_version"
+            record = await self.registry.get_version(model_id, number)
+            if record is None:
+                raise errors.NotFound(f"{where}: models/{model_id}/versions/{number} does not exist")
+            version = record.version
+            if version.state != model_pb2.MODEL_VERSION_STATE_READY and (model_id, number) not in already_served:
+                state = model_pb2.ModelVersionState.Name(version.state)
+                raise errors.FailedPrecondition(f"{where}: {version.name} is {state}; only READY versions can be served"
+                                                + (f" ({version.state_reason})" if version.state_reason else ""))
+            validated = [b.backend for b in convert.validated_backends(version)]
+            if desired.backend and desired.backend not in validated:
+                raise errors.FailedPrecondition(
+                    f"{where}: {version.name} was not exported and validated for {model_pb2.Backend.Name(desired.backend)}")
+            if not validated:
+                raise errors.FailedPrecondition(f"{where}: {version.name} has no validated backend")
+
+    @staticmethod
+    def _raise_failure(result: WriteResult, desired: deployment_pb2.Deployment, found: list[tuple[str, int]]) -> None:
+        if result.ok:
+            return
+        if result.status == "exists":
+            raise errors.AlreadyExists(f"{desired.name} already exists")
+        if result.status == "serving_name_taken":
+            raise errors.AlreadyExists(f"serving_name {desired.serving_name!r} is taken by deployments/{result.detail}")
+        if result.status in ("version_missing", "version_not_ready"):
+            model_id, number = found[result.index]
+            where = f"deployment.traffic[{result.index}].model_version: models/{model_id}/versions/{number}"
+            if result.status == "version_missing":
+                raise errors.NotFound(f"{where} does not exist")
+            raise errors.FailedPrecondition(f"{where} is no longer READY")
+        if result.status == "missing":
+            raise errors.NotFound(f"{desired.name} does not exist")
+        raise errors.Aborted(f"{desired.name} changed meanwhile; retry")

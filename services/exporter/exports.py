@@ -1,0 +1,200 @@
+"""ExportManager: ExportModel as a long-running operation, and the sweep that ends lost exports.
+
+ExportModel validates the request, resolves its source, records the version in EXPORTING and
+returns; a background task on this exporter runs the export on the cluster (ray_exports.py)
+and moves the version to VALIDATING, then READY, VALIDATION_FAILED or FAILED. The version
+names its owner (this replica); every replica keeps a lease (a Redis key with a TTL) while it
+lives, and a sweep on every replica fails the versions whose owner's lease is gone, so an
+exporter killed mid-export leaves no version stuck in EXPORTING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from paddleray.exporter.v1 import exporter_service_pb2 as es
+from paddleray.exporter.v1 import model_pb2
+from paddleray.services.common import errors
+from paddleray.services.exporter import convert, sources
+from paddleray.services.exporter.export_spec import ExportSpec, check_builder, export_spec
+from paddleray.services.exporter.store import TERMINAL_STATES, RegistryStore, VersionRecord
+
+log = logging.getLogger(__name__)
+S = model_pb2.ModelVersionState
+
+
+def artifact_dir(storage_root: Path, model_id: str, number: int) -> Path:
+    return Path(storage_root) / "models" / model_id / "versions" / str(number)
+
+
+class ExportManager:
+    def __init__(
+        self,
+        store: RegistryStore,
+        jobs: sources.SchedulerJobs,
+        runner,
+        storage_root: Path,
+        allowlist: Sequence[str],
+        owner: str,
+        owner_lease_s: float = 10.0,
+        export_timeout_s: float = 900.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.jobs = jobs
+        self.runner = runner
+        self.storage_root = Path(storage_root)
+        self.allowlist = list(allowlist)
+        self.owner = owner
+        self.owner_lease_s = owner_lease_s
+        self.export_timeout_s = export_timeout_s
+        self.on_change = on_change or (lambda: None)
+        self._tasks: dict[str, asyncio.Task] = {}
+
+    # -- ExportModel ---------------------------------------------------------------------
+
+    async def export(self, request: es.ExportModelRequest) -> model_pb2.ModelVersion:
+        spec = export_spec(request, self.allowlist, self.storage_root)
+        if spec.request_id:
+            first = await self._first_of_request(spec.request_id)
+            if first is not None:
+                return first
+        source = await self._source(spec)
+        builder = spec.builder or _default_builder(source.entrypoint)
+        check_builder(builder, self.allowlist)
+        config = spec.config if spec.config is not None else source.config
+        environment = spec.runtime_env if spec.runtime_env is not None else source.runtime_env
+        now = time.time_ns()
+        model = model_pb2.Model(name=f"models/{spec.model_id}", display_name=spec.display_name, labels=spec.labels)
+        model.create_time.FromNanoseconds(now)
+        model.update_time.FromNanoseconds(now)
+        version = model_pb2.ModelVersion(
+            source_job=source.job, source_checkpoint=source.checkpoint, source_job_metrics=source.job_metrics,
+            model_builder=builder, inputs=[convert.tensor_spec(t) for t in spec.inputs],
+            state=S.MODEL_VERSION_STATE_EXPORTING,
+        )
+        struct = struct_pb2.Struct()
+        struct.update(config)
+        version.model_config.CopyFrom(struct)
+        version.create_time.FromNanoseconds(now)
+        version.update_time.FromNanoseconds(now)
+        await self.store.renew_owner(self.owner, int(self.owner_lease_s * 1000))
+        created, record = await self.store.create_version(model, version, self.owner, spec.request_id)
+        if created:
+            task_request = self._task_request(spec, record, builder, config, source)
+            task = asyncio.create_task(self._run(record, task_request, environment))
+            self._tasks[record.version.name] = task
+            task.add_done_callback(lambda _t, name=record.version.name: self._tasks.pop(name, None))
+        return record.version
+
+    async def _first_of_request(self, request_id: str) -> model_pb2.ModelVersion | None:
+        record = await self.store.version_of_request(request_id)
+        return record.version if record is not None else None
+
+    async def _source(self, spec: ExportSpec) -> sources.Source:
+        if spec.job:
+            return sources.from_job(await self.jobs.get(spec.job))
+        return sources.from_checkpoint(spec.checkpoint_dir)
+
+    def _task_request(self, spec: ExportSpec, record: VersionRecord, builder: str, config: dict[str, Any],
+                      source: sources.Source) -> dict[str, Any]:
+        return {
+            "checkpoint_dir": source.checkpoint.uri, "builder": builder, "config": config, "inputs": spec.inputs,
+            "version_dir": str(artifact_dir(self.storage_root, record.model_id, record.number)),
+            "model": f"models/{record.model_id}", "version": record.version.name, "formats": list(spec.formats),
+            "validation": spec.validation,
+        }
+
+    # -- the export task ---------------------------------------------------------------------
+
+    async def _run(self, record: VersionRecord, request: dict[str, Any], environment: dict[str, Any]) -> None:
+        name = record.version.name
+        try:
+            async with asyncio.timeout(self.export_timeout_s):
+                async for phase in self.runner.run(request, environment):
+                    if phase["phase"] == "failed":
+                        log.warning("export of %s failed: %s\n%s", name, phase["reason"], phase.get("traceback", ""))
+                        await self._write(record, lambda v, p=phase: _failed(v, p["reason"]))
+                    elif phase["phase"] == "exported":
+                        await self._write(record, lambda v, p=phase: convert.apply_exported(v, p))
+                    elif phase["phase"] == "validated":
+                        await self._write(record, lambda v, p=phase: convert.apply_validation(v, p["validation"]))
+        except TimeoutError:
+            await self._write(record, lambda v: _failed(v, f"the export took longer than {self.export_timeout_s:g}s"))
+        except asyncio.CancelledError:
+            await asyncio.shield(self._write(record, lambda v: _failed(v, "the exporter shut down during the export; "
+                                                                           "export again")))
+            raise
+        except Exception as exc:  # noqa: BLE001 - a lost worker, node or cluster ends the export
+            log.exception("export of %s failed", name)
+            await self._write(record, lambda v, e=exc: _failed(v, f"the export task failed: {type(e).__name__}: {e}"))
+        finally:
+            current = await self.store.get_version(record.model_id, record.number)
+            if current is not None and current.version.state not in TERMINAL_STATES:
+                await self._write(record, lambda v: _failed(v, "the export task ended without a result"))
+
+    async def _write(self, record: VersionRecord, change: Callable[[model_pb2.ModelVersion], None]) -> None:
+        """Applies `change` to the stored version (re-read on a concurrent write) unless it
+        ended or was deleted meanwhile."""
+        for _ in range(10):
+            current = await self.store.get_version(record.model_id, record.number)
+            if current is None or current.version.state in TERMINAL_STATES:
+                return
+            version = model_pb2.ModelVersion()
+            version.CopyFrom(current.version)
+            change(version)
+            version.update_time.FromNanoseconds(time.time_ns())
+            if await self.store.update_version(current, version) is not None:
+                self.on_change()
+                return
+        log.error("could not write %s: it kept changing", record.version.name)
+
+    # -- lost exports ------------------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Renews this replica's lease and fails the exports whose owner is gone; returns how many."""
+        await self.store.renew_owner(self.owner, int(self.owner_lease_s * 1000))
+        failed = 0
+        for model_id, number in await self.store.active_exports():
+            record = await self.store.get_version(model_id, number)
+            if record is None or record.owner == self.owner or await self.store.owner_alive(record.owner):
+                continue
+            await self._write(record, lambda v, o=record.owner: _failed(
+                v, f"the exporter running this export ({o}) went away before it finished; export again"))
+            failed += 1
+        return failed
+
+    async def run_sweeper(self, interval_s: float) -> None:
+        while True:
+            try:
+                swept = await self.sweep()
+                if swept:
+                    log.info("failed %d exports whose exporter went away", swept)
+            except Exception:  # noqa: BLE001 - Redis down: the next pass retries
+                log.warning("export sweep failed", exc_info=True)
+            await asyncio.sleep(interval_s)
+
+    async def shutdown(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.store.release_owner(self.owner)
+
+
+def _default_builder(entrypoint: str) -> str:
+    if not entrypoint:
+        raise errors.InvalidArgument("model_builder", "is required: the source names no job entrypoint to take it from")
+    return f"{entrypoint.partition(':')[0]}:build_model"
+
+
+def _failed(version: model_pb2.ModelVersion, reason: str) -> None:
+    version.state = S.MODEL_VERSION_STATE_FAILED
+    version.state_reason = reason

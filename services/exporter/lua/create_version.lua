@@ -1,0 +1,32 @@
+-- Creates a model version in EXPORTING: request_id dedupe, the model when new, the next number.
+-- KEYS[1] request key (ignored unless ARGV[8] == "1")   KEYS[2] model hash
+-- KEYS[3] models time index   KEYS[4] the model's versions sorted set   KEYS[5] active exports set
+-- ARGV: 1 model id, 2 Model proto (written only when the model is new), 3 model index member,
+--       4 ModelVersion proto (its name is derived from the number on read), 5 state number,
+--       6 owner (exporter replica running the export), 7 request ttl seconds,
+--       8 "1" when a request_id was given, 9 version key prefix of the model
+-- Returns {"created", number, 1 if the model was created else 0}
+--       | {"duplicate", "<model_id>/<number>" first created with the request_id}
+if ARGV[8] == "1" then
+  local existing = redis.call("GET", KEYS[1])
+  if existing then
+    local model_id, number = string.match(existing, "^(.*)/(%d+)$")
+    if redis.call("EXISTS", ARGV[9] .. number) == 1 or model_id ~= ARGV[1] then
+      return {"duplicate", existing}
+    end
+  end
+end
+local created = 0
+if redis.call("EXISTS", KEYS[2]) == 0 then
+  redis.call("HSET", KEYS[2], "proto", ARGV[2], "gen", 1, "latest", 0, "member", ARGV[3])
+  redis.call("ZADD", KEYS[3], 0, ARGV[3])
+  created = 1
+end
+local number = redis.call("HINCRBY", KEYS[2], "latest", 1)
+redis.call("HSET", ARGV[9] .. number, "proto", ARGV[4], "gen", 1, "state", ARGV[5], "owner", ARGV[6])
+redis.call("ZADD", KEYS[4], number, number)
+redis.call("SADD", KEYS[5], ARGV[1] .. "/" .. number)
+if ARGV[8] == "1" then
+  redis.call("SET", KEYS[1], ARGV[1] .. "/" .. number, "EX", ARGV[7])
+end
+return {"created", number, created}

@@ -1,0 +1,134 @@
+"""ModelRegistry: reading, changing and deleting models and their versions."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from google.protobuf import field_mask_pb2
+
+from paddleray.exporter.v1 import model_pb2
+from paddleray.services.common import errors, names, paging
+from paddleray.services.exporter.export_spec import MAX_DISPLAY_NAME
+from paddleray.services.exporter.exports import artifact_dir
+from paddleray.services.exporter.store import TERMINAL_STATES, RegistryStore, VersionRecord
+from paddleray.services.scheduler.validation import validate_labels
+
+_MODEL_PATHS = ("display_name", "labels")
+
+
+class ModelRegistry:
+    def __init__(self, store: RegistryStore, storage_root: Path, watch_interval_s: float = 0.25) -> None:
+        self.store = store
+        self.storage_root = Path(storage_root)
+        self.watch_interval_s = watch_interval_s
+
+    # -- models -------------------------------------------------------------------------------
+
+    async def get_model(self, name: str, field: str = "name") -> model_pb2.Model:
+        model_id = names.MODEL.parse_one(name, field)
+        record = await self.store.get_model(model_id)
+        if record is None:
+            raise errors.NotFound(f"{name} does not exist")
+        return record.model
+
+    async def list_models(self, page_size: int, page_token: str) -> tuple[list[model_pb2.Model], str]:
+        size = paging.page_size(page_size)
+        after = paging.decode_page_token(page_token, rpc="ListModels") or ""
+        models, last = await self.store.list_models(size, after)
+        return models, paging.encode_page_token(last) if last else ""
+
+    async def update_model(self, model: model_pb2.Model, mask: field_mask_pb2.FieldMask) -> model_pb2.Model:
+        model_id = names.MODEL.parse_one(model.name, "model.name")
+        paths = list(mask.paths) or list(_MODEL_PATHS)
+        for path in paths:
+            if path not in _MODEL_PATHS:
+                raise errors.InvalidArgument("update_mask", f"path {path!r} cannot be changed (only {', '.join(_MODEL_PATHS)})")
+        if "display_name" in paths and len(model.display_name) > MAX_DISPLAY_NAME:
+            raise errors.InvalidArgument("model.display_name", f"must be at most {MAX_DISPLAY_NAME} characters")
+        if "labels" in paths:
+            validate_labels(model.labels, "model.labels")
+        for _ in range(5):
+            record = await self.store.get_model(model_id)
+            if record is None:
+                raise errors.NotFound(f"{model.name} does not exist")
+            changed = model_pb2.Model()
+            changed.CopyFrom(record.model)
+            if "display_name" in paths:
+                changed.display_name = model.display_name
+            if "labels" in paths:
+                changed.labels.clear()
+                changed.labels.update(model.labels)
+            changed.update_time.FromNanoseconds(time.time_ns())
+            if await self.store.update_model(record, changed) is not None:
+                return changed
+        raise errors.Aborted(f"{model.name} kept changing; retry")
+
+    async def delete_model(self, name: str) -> None:
+        model_id = names.MODEL.parse_one(name)
+        status, detail = await self.store.delete_model(model_id)
+        if status == "missing":
+            raise errors.NotFound(f"{name} does not exist")
+        if status == "deployed":
+            raise errors.FailedPrecondition(
+                f"{name}/versions/{detail[0]} is served by deployments {detail[1]}: delete those first")
+        if status == "exporting":
+            raise errors.FailedPrecondition(f"{name}/versions/{detail[0]} is still exporting: wait until it ends")
+        shutil.rmtree(self.storage_root / "models" / model_id, ignore_errors=True)
+
+    # -- versions -----------------------------------------------------------------------------
+
+    async def get_version_record(self, name: str, field: str = "name") -> VersionRecord:
+        ids = names.MODEL_VERSION.parse(name, field)
+        record = await self.store.get_version(ids["model"], int(ids["version"]))
+        if record is None:
+            raise errors.NotFound(f"{name} does not exist")
+        return record
+
+    async def get_version(self, name: str) -> model_pb2.ModelVersion:
+        return (await self.get_version_record(name)).version
+
+    async def list_versions(self, parent: str, page_size: int, page_token: str) -> tuple[list[model_pb2.ModelVersion], str]:
+        model_id = names.MODEL.parse_one(parent, "parent")
+        size = paging.page_size(page_size)
+        position = paging.decode_page_token(page_token, {"parent": parent}, "ListModelVersions")
+        below = None
+        if position is not None:
+            if not position.isdigit():
+                raise errors.InvalidArgument("page_token", "not a token returned by ListModelVersions")
+            below = int(position)
+        if await self.store.get_model(model_id) is None:
+            raise errors.NotFound(f"{parent} does not exist")
+        versions, last = await self.store.list_versions(model_id, size, below)
+        return versions, paging.encode_page_token(str(last), {"parent": parent}) if last else ""
+
+    async def delete_version(self, name: str) -> None:
+        ids = names.MODEL_VERSION.parse(name)
+        model_id, number = ids["model"], int(ids["version"])
+        status, detail = await self.store.delete_version(model_id, number)
+        if status == "missing":
+            raise errors.NotFound(f"{name} does not exist")
+        if status == "deployed":
+            raise errors.FailedPrecondition(f"{name} is served by deployments {detail}: change or delete those first")
+        if status == "exporting":
+            raise errors.FailedPrecondition(f"{name} is still exporting: wait until it ends")
+        shutil.rmtree(artifact_dir(self.storage_root, model_id, number), ignore_errors=True)
+
+    async def watch_version(self, name: str) -> AsyncIterator[model_pb2.ModelVersion]:
+        """The version now, then after every change, until a terminal state (or deletion)."""
+        record = await self.get_version_record(name)
+        ids = names.MODEL_VERSION.parse(name)
+        model_id, number = ids["model"], int(ids["version"])
+        yield record.version
+        gen = record.gen
+        while record.version.state not in TERMINAL_STATES:
+            await asyncio.sleep(self.watch_interval_s)
+            current = await self.store.get_version(model_id, number)
+            if current is None:
+                raise errors.NotFound(f"{name} was deleted")
+            if current.gen != gen:
+                record, gen = current, current.gen
+                yield record.version

@@ -1,0 +1,37 @@
+"""Runs export_task.run_export on the Ray cluster and streams its phases back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import ray
+
+from paddleray.services.exporter.export_task import run_export
+
+
+class RayExportRunner:
+    """One Ray generator task per export, in the runtime env of the job it exports."""
+
+    def __init__(self, num_cpus: float = 1.0) -> None:
+        self.num_cpus = num_cpus
+
+    async def run(self, request: dict[str, Any], runtime_env: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        task = ray.remote(run_export).options(
+            num_returns="streaming",
+            num_cpus=self.num_cpus,
+            runtime_env=runtime_env or None,
+            # A retry would redo a conversion that failed for a reason of its own; a lost worker
+            # fails the version, and the user exports again.
+            max_retries=0,
+            name=f"export {request['version']}",
+        )
+        generator = task.remote(request)
+        finished = False
+        try:
+            async for ref in generator:
+                yield await ref
+            finished = True
+        finally:
+            if not finished:  # timed out, or the exporter is shutting down: free the worker
+                ray.cancel(generator, force=True)

@@ -1,0 +1,217 @@
+"""RegistryStore: models and their versions in Redis (keys.py, lua/*.lua).
+
+A model is a hash (keys.model): `proto` is the serialized Model; beside it `gen` (bumped by
+every write, the basis of compare-and-set), `latest` (the version counter; it is the Model's
+latest_version, filled in on read) and `member` (its time-index entry). A version is a hash
+(keys.version): `proto` is the ModelVersion without its name (the number is allocated inside
+create_version.lua; the name is filled in on read), `gen`, `state` (read by the deployment
+scripts, which must not parse protobuf) and `owner` (the exporter replica whose task runs the
+export while it is not terminal).
+
+Every check-then-write is one Lua script; all other reads are plain commands. The store knows
+nothing of which transitions are legal: exports.py and models.py decide.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib import resources
+
+import redis.asyncio as aioredis
+
+from paddleray.exporter.v1 import model_pb2
+from paddleray.services.exporter import keys
+
+S = model_pb2.ModelVersionState
+TERMINAL_STATES = frozenset({S.MODEL_VERSION_STATE_READY, S.MODEL_VERSION_STATE_VALIDATION_FAILED,
+                             S.MODEL_VERSION_STATE_FAILED})
+_SCAN_CHUNK = 200
+
+
+def script(name: str) -> str:
+    return resources.files("paddleray.services.exporter").joinpath("lua", name).read_text()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def version_name(model_id: str, number: int) -> str:
+    return f"models/{model_id}/versions/{number}"
+
+
+@dataclass
+class ModelRecord:
+    model: model_pb2.Model
+    gen: int
+
+    @property
+    def model_id(self) -> str:
+        return self.model.name.removeprefix("models/")
+
+
+@dataclass
+class VersionRecord:
+    version: model_pb2.ModelVersion
+    gen: int
+    owner: str
+    model_id: str
+    number: int
+
+    @property
+    def active_member(self) -> str:
+        return f"{self.model_id}/{self.number}"
+
+
+class RegistryStore:
+    def __init__(self, client: aioredis.Redis, request_ttl_s: int = 24 * 3600) -> None:
+        self.redis = client
+        self.request_ttl_s = request_ttl_s
+        self._create_version = client.register_script(script("create_version.lua"))
+        self._update_version = client.register_script(script("update_version.lua"))
+        self._delete_version = client.register_script(script("delete_version.lua"))
+        self._delete_model = client.register_script(script("delete_model.lua"))
+        self._cas = client.register_script(script("cas_write.lua"))
+
+    # -- create / read ----------------------------------------------------------------------
+
+    async def create_version(
+        self, model: model_pb2.Model, version: model_pb2.ModelVersion, owner: str, request_id: str
+    ) -> tuple[bool, VersionRecord]:
+        """Writes a new version (and its model when new). Returns (True, the new version) or
+        (False, the version first created with request_id)."""
+        model_id = model.name.removeprefix("models/")
+        member = f"{model.create_time.ToMilliseconds():015d}:{model_id}"
+        result = await self._create_version(
+            keys=[keys.export_request(request_id), keys.model(model_id), keys.models_by_time(),
+                  keys.versions(model_id), keys.active_exports()],
+            args=[model_id, model.SerializeToString(), member, version.SerializeToString(), version.state, owner,
+                  self.request_ttl_s, "1" if request_id else "0", keys.version_prefix(model_id)],
+        )
+        if result[0] == b"duplicate":
+            first_model, number = result[1].decode().rsplit("/", 1)
+            record = await self.get_version(first_model, int(number))
+            if record is None:  # deleted since: the request may create anew
+                raise LookupError(result[1].decode())
+            return False, record
+        record = await self.get_version(model_id, int(result[1]))
+        assert record is not None  # written by the script just now
+        return True, record
+
+    async def get_model(self, model_id: str) -> ModelRecord | None:
+        proto, gen, latest = await self.redis.hmget(keys.model(model_id), ("proto", "gen", "latest"))
+        if proto is None:
+            return None
+        model = model_pb2.Model.FromString(proto)
+        model.latest_version = int(latest or 0)
+        return ModelRecord(model, int(gen))
+
+    async def get_version(self, model_id: str, number: int) -> VersionRecord | None:
+        proto, gen, owner = await self.redis.hmget(keys.version(model_id, number), ("proto", "gen", "owner"))
+        return _version_record(model_id, number, proto, gen, owner)
+
+    async def version_of_request(self, request_id: str) -> VersionRecord | None:
+        """The version an ExportModel request_id created, while it exists."""
+        first = await self.redis.get(keys.export_request(request_id))
+        if first is None:
+            return None
+        model_id, number = first.decode().rsplit("/", 1)
+        return await self.get_version(model_id, int(number))
+
+    async def version_deployments(self, model_id: str, number: int) -> set[str]:
+        return {m.decode() for m in await self.redis.smembers(keys.version_deployments(model_id, number))}
+
+    # -- compare-and-set writes -----------------------------------------------------------
+
+    async def update_version(self, record: VersionRecord, version: model_pb2.ModelVersion) -> int | None:
+        """Writes `version` if the record is still at record.gen; returns the new gen, or None
+        when it changed or was deleted meanwhile."""
+        stored = model_pb2.ModelVersion()
+        stored.CopyFrom(version)
+        stored.ClearField("name")
+        result = await self._update_version(
+            keys=[keys.version(record.model_id, record.number), keys.active_exports()],
+            args=[record.gen, stored.SerializeToString(), version.state,
+                  "1" if version.state in TERMINAL_STATES else "0", record.active_member],
+        )
+        return int(result[1]) if result[0] == b"ok" else None
+
+    async def update_model(self, record: ModelRecord, model: model_pb2.Model) -> int | None:
+        stored = model_pb2.Model()
+        stored.CopyFrom(model)
+        stored.latest_version = 0
+        result = await self._cas(keys=[keys.model(record.model_id)], args=[record.gen, "proto", stored.SerializeToString()])
+        return int(result[1]) if result[0] == b"ok" else None
+
+    async def delete_version(self, model_id: str, number: int) -> tuple[str, str]:
+        """("deleted" | "missing" | "exporting", "") or ("deployed", comma-separated deployment ids)."""
+        result = await self._delete_version(
+            keys=[keys.version(model_id, number), keys.versions(model_id), keys.version_deployments(model_id, number),
+                  keys.active_exports()],
+            args=[number, f"{model_id}/{number}"],
+        )
+        return result[0].decode(), result[1].decode() if len(result) > 1 else ""
+
+    async def delete_model(self, model_id: str) -> tuple[str, list[str]]:
+        """("deleted", version numbers removed) | ("missing", []) | ("exporting", [n])
+        | ("deployed", [n, deployment ids])."""
+        result = await self._delete_model(
+            keys=[keys.model(model_id), keys.models_by_time(), keys.versions(model_id), keys.active_exports()],
+            args=[model_id, keys.version_prefix(model_id), keys.version_deployments_prefix(model_id)],
+        )
+        return result[0].decode(), [x.decode() for x in result[1:]]
+
+    # -- listing ------------------------------------------------------------------------------
+
+    async def list_models(self, page_size: int, after: str) -> tuple[list[model_pb2.Model], str]:
+        """Newest first, starting after index member `after` ("" for the first page). Returns the
+        page and the member of its last model ("" on the last page)."""
+        start = f"({after}" if after else "+"
+        members = await self.redis.zrange(keys.models_by_time(), start, "-", desc=True, bylex=True, offset=0,
+                                          num=page_size + 1)
+        page: list[model_pb2.Model] = []
+        for member in members[:page_size]:
+            record = await self.get_model(member.decode().split(":", 1)[1])
+            if record is not None:
+                page.append(record.model)
+        more = len(members) > page_size
+        return page, members[page_size - 1].decode() if more else ""
+
+    async def list_versions(self, model_id: str, page_size: int, below: int | None) -> tuple[list[model_pb2.ModelVersion], int]:
+        """Newest first, numbers below `below` (None for the first page). Returns the page and
+        the number of its last version (0 on the last page)."""
+        top = f"({below}" if below is not None else "+inf"
+        numbers = await self.redis.zrevrangebyscore(keys.versions(model_id), top, "-inf", start=0, num=page_size + 1)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for number in numbers[:page_size]:
+                pipe.hmget(keys.version(model_id, int(number)), ("proto", "gen", "owner"))
+            rows = await pipe.execute()
+        page = [r.version for n, row in zip(numbers, rows, strict=False)
+                if (r := _version_record(model_id, int(n), *row)) is not None]
+        more = len(numbers) > page_size
+        return page, int(numbers[page_size - 1]) if more else 0
+
+    # -- exports in flight ------------------------------------------------------------------
+
+    async def active_exports(self) -> list[tuple[str, int]]:
+        members = await self.redis.smembers(keys.active_exports())
+        return [(m.rsplit("/", 1)[0], int(m.rsplit("/", 1)[1])) for m in (x.decode() for x in members)]
+
+    async def renew_owner(self, owner: str, ttl_ms: int) -> None:
+        await self.redis.set(keys.owner_lease(owner), "1", px=ttl_ms)
+
+    async def release_owner(self, owner: str) -> None:
+        await self.redis.delete(keys.owner_lease(owner))
+
+    async def owner_alive(self, owner: str) -> bool:
+        return bool(owner) and bool(await self.redis.exists(keys.owner_lease(owner)))
+
+
+def _version_record(model_id: str, number: int, proto: bytes | None, gen: bytes | None,
+                    owner: bytes | None) -> VersionRecord | None:
+    if proto is None:
+        return None
+    version = model_pb2.ModelVersion.FromString(proto)
+    version.name = version_name(model_id, number)
+    return VersionRecord(version, int(gen), (owner or b"").decode(), model_id, number)
