@@ -1,8 +1,25 @@
-"""Builders of the exporter's records for tests."""
+"""Exporter test support: records for store tests, an in-process exporter, a client, checkpoints."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from pathlib import Path
+
+from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
+from paddleray.services.common.server import start_server, stop_server
+from paddleray.services.exporter.__main__ import registrations
+from paddleray.services.exporter.app import ExporterApp
+from paddleray.services.exporter.settings import ExporterSettings
+from paddleray.services.trainer.checkpoints import CheckpointStore
+from support import wait_until
+
+WORKERS = Path(__file__).parent / "integration" / "exporter" / "workers"
+BUILDERS = "exporter_test_builders"
+EXAMPLES = "paddleray.services.trainer.examples"
+TERMINAL = {model_pb2.MODEL_VERSION_STATE_READY, model_pb2.MODEL_VERSION_STATE_VALIDATION_FAILED,
+            model_pb2.MODEL_VERSION_STATE_FAILED}
 
 
 def new_model(model_id: str, create_ms: int = 1_000) -> model_pb2.Model:
@@ -13,3 +30,71 @@ def new_model(model_id: str, create_ms: int = 1_000) -> model_pb2.Model:
 
 def new_version(builder: str = "paddleray.services.trainer.examples.digits_mlp:build_model") -> model_pb2.ModelVersion:
     return model_pb2.ModelVersion(model_builder=builder, state=model_pb2.MODEL_VERSION_STATE_EXPORTING)
+
+
+class ExporterThread:
+    """ExporterApp and its gRPC server on their own event loop (both bind to the loop that makes them)."""
+
+    def __init__(self, settings: ExporterSettings) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.app = self.run(self._make(settings))
+        self.server = self.run(start_server(settings, registrations(self.app)))
+        self.run(self.app.start())
+        self.address = f"127.0.0.1:{self.server.port}"
+
+    @staticmethod
+    async def _make(settings: ExporterSettings) -> ExporterApp:
+        return ExporterApp(settings)
+
+    def run(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.run(stop_server(self.server, 0.5))
+        self.run(self.app.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+class ExporterClient:
+    def __init__(self, stub) -> None:
+        self.stub = stub
+
+    def export(self, **request) -> model_pb2.ModelVersion:
+        return self.stub.ExportModel(es.ExportModelRequest(**request), timeout=30).model_version
+
+    def get(self, name: str) -> model_pb2.ModelVersion:
+        return self.stub.GetModelVersion(es.GetModelVersionRequest(name=name), timeout=10).model_version
+
+    def wait_done(self, name: str, timeout: float = 180) -> model_pb2.ModelVersion:
+        def ended():
+            version = self.get(name)
+            return version if version.state in TERMINAL else None
+
+        return wait_until(ended, timeout=timeout, interval=0.1, message=f"{name} to end")
+
+    def watch(self, name: str, timeout: float = 180) -> list[model_pb2.ModelVersion]:
+        request = es.WatchModelVersionRequest(name=name)
+        return [r.model_version for r in self.stub.WatchModelVersion(request, timeout=timeout)]
+
+
+def linear_checkpoint(storage_root: Path, builder: str = "build_linear", seed: int = 0) -> str:
+    """A complete checkpoint (model.pdparams + manifest) of one of the test builders, under storage_root."""
+    import importlib
+    import sys
+
+    import paddle
+
+    sys.path.insert(0, str(WORKERS))
+    try:
+        module = importlib.import_module(BUILDERS)
+    finally:
+        sys.path.remove(str(WORKERS))
+    paddle.seed(seed)
+    staged = storage_root / "staged" / f"{builder}-{seed}"
+    staged.mkdir(parents=True, exist_ok=True)
+    paddle.save(getattr(module, builder)({}).state_dict(), str(staged / "model.pdparams"))
+    info = CheckpointStore(storage_root / "checkpoints" / builder).commit(staged, step=seed, epoch=1, metrics={})
+    return str(info.path)

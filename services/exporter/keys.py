@@ -31,6 +31,15 @@ def version_prefix(model_id: str) -> str:
     return f"{PREFIX}version:{model_id}:"
 
 
+def version_changes(model_id: str, number: int) -> str:
+    """Stream of a version's writes (field "v": the ModelVersion proto), capped: WatchModelVersion."""
+    return f"{version_changes_prefix(model_id)}{number}"
+
+
+def version_changes_prefix(model_id: str) -> str:
+    return f"{PREFIX}version-changes:{model_id}:"
+
+
 def versions(model_id: str) -> str:
     """Sorted set of a model's version numbers, scored by the number."""
     return f"{PREFIX}versions:{model_id}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -21,10 +20,10 @@ _MODEL_PATHS = ("display_name", "labels")
 
 
 class ModelRegistry:
-    def __init__(self, store: RegistryStore, storage_root: Path, watch_interval_s: float = 0.25) -> None:
+    def __init__(self, store: RegistryStore, storage_root: Path, watch_block_s: float = 1.0) -> None:
         self.store = store
         self.storage_root = Path(storage_root)
-        self.watch_interval_s = watch_interval_s
+        self.watch_block_s = watch_block_s
 
     # -- models -------------------------------------------------------------------------------
 
@@ -118,17 +117,21 @@ class ModelRegistry:
         shutil.rmtree(artifact_dir(self.storage_root, model_id, number), ignore_errors=True)
 
     async def watch_version(self, name: str) -> AsyncIterator[model_pb2.ModelVersion]:
-        """The version now, then after every change, until a terminal state (or deletion)."""
-        record = await self.get_version_record(name)
+        """The version now, then after every write, until a terminal state (or deletion)."""
         ids = names.MODEL_VERSION.parse(name)
         model_id, number = ids["model"], int(ids["version"])
-        yield record.version
-        gen = record.gen
-        while record.version.state not in TERMINAL_STATES:
-            await asyncio.sleep(self.watch_interval_s)
-            current = await self.store.get_version(model_id, number)
-            if current is None:
+        # The stream position first: a write between the two reads is then seen twice, never missed.
+        after = await self.store.last_change(model_id, number)
+        record = await self.get_version_record(name)
+        last = record.version
+        yield last
+        while last.state not in TERMINAL_STATES:
+            changes = await self.store.changes_after(model_id, number, after, int(self.watch_block_s * 1000))
+            for _, version in changes:
+                if version != last:
+                    last = version
+                    yield version
+            if changes:
+                after = changes[-1][0]
+            elif await self.store.get_version(model_id, number) is None:
                 raise errors.NotFound(f"{name} was deleted")
-            if current.gen != gen:
-                record, gen = current, current.gen
-                yield record.version

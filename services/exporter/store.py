@@ -26,7 +26,8 @@ from paddleray.services.exporter import keys
 S = model_pb2.ModelVersionState
 TERMINAL_STATES = frozenset({S.MODEL_VERSION_STATE_READY, S.MODEL_VERSION_STATE_VALIDATION_FAILED,
                              S.MODEL_VERSION_STATE_FAILED})
-_SCAN_CHUNK = 200
+# A version changes a handful of times (EXPORTING, VALIDATING, its end): the cap is a backstop.
+_CHANGES_CAP = 100
 
 
 def script(name: str) -> str:
@@ -87,7 +88,8 @@ class RegistryStore:
             keys=[keys.export_request(request_id), keys.model(model_id), keys.models_by_time(),
                   keys.versions(model_id), keys.active_exports()],
             args=[model_id, model.SerializeToString(), member, version.SerializeToString(), version.state, owner,
-                  self.request_ttl_s, "1" if request_id else "0", keys.version_prefix(model_id)],
+                  self.request_ttl_s, "1" if request_id else "0", keys.version_prefix(model_id),
+                  keys.version_changes_prefix(model_id), _CHANGES_CAP],
         )
         if result[0] == b"duplicate":
             first_model, number = result[1].decode().rsplit("/", 1)
@@ -131,9 +133,10 @@ class RegistryStore:
         stored.CopyFrom(version)
         stored.ClearField("name")
         result = await self._update_version(
-            keys=[keys.version(record.model_id, record.number), keys.active_exports()],
+            keys=[keys.version(record.model_id, record.number), keys.active_exports(),
+                  keys.version_changes(record.model_id, record.number)],
             args=[record.gen, stored.SerializeToString(), version.state,
-                  "1" if version.state in TERMINAL_STATES else "0", record.active_member],
+                  "1" if version.state in TERMINAL_STATES else "0", record.active_member, _CHANGES_CAP],
         )
         return int(result[1]) if result[0] == b"ok" else None
 
@@ -148,7 +151,7 @@ class RegistryStore:
         """("deleted" | "missing" | "exporting", "") or ("deployed", comma-separated deployment ids)."""
         result = await self._delete_version(
             keys=[keys.version(model_id, number), keys.versions(model_id), keys.version_deployments(model_id, number),
-                  keys.active_exports()],
+                  keys.active_exports(), keys.version_changes(model_id, number)],
             args=[number, f"{model_id}/{number}"],
         )
         return result[0].decode(), result[1].decode() if len(result) > 1 else ""
@@ -158,7 +161,8 @@ class RegistryStore:
         | ("deployed", [n, deployment ids])."""
         result = await self._delete_model(
             keys=[keys.model(model_id), keys.models_by_time(), keys.versions(model_id), keys.active_exports()],
-            args=[model_id, keys.version_prefix(model_id), keys.version_deployments_prefix(model_id)],
+            args=[model_id, keys.version_prefix(model_id), keys.version_deployments_prefix(model_id),
+                  keys.version_changes_prefix(model_id)],
         )
         return result[0].decode(), [x.decode() for x in result[1:]]
 
@@ -191,6 +195,21 @@ class RegistryStore:
                 if (r := _version_record(model_id, int(n), *row)) is not None]
         more = len(numbers) > page_size
         return page, int(numbers[page_size - 1]) if more else 0
+
+    async def changes_after(self, model_id: str, number: int, after: str,
+                            block_ms: int) -> list[tuple[str, model_pb2.ModelVersion]]:
+        """Writes of a version after stream id `after` ("$" for only new ones), waiting up to block_ms."""
+        streams = await self.redis.xread({keys.version_changes(model_id, number): after}, count=100, block=block_ms)
+        found = []
+        for entry_id, data in streams[0][1] if streams else []:
+            version = model_pb2.ModelVersion.FromString(data[b"v"])
+            version.name = version_name(model_id, number)
+            found.append((entry_id.decode(), version))
+        return found
+
+    async def last_change(self, model_id: str, number: int) -> str:
+        entries = await self.redis.xrevrange(keys.version_changes(model_id, number), count=1)
+        return entries[0][0].decode() if entries else "0-0"
 
     # -- exports in flight ------------------------------------------------------------------
 

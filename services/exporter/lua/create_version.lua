@@ -4,7 +4,8 @@
 -- ARGV: 1 model id, 2 Model proto (written only when the model is new), 3 model index member,
 --       4 ModelVersion proto (its name is derived from the number on read), 5 state number,
 --       6 owner (exporter replica running the export), 7 request ttl seconds,
---       8 "1" when a request_id was given, 9 version key prefix of the model
+--       8 "1" when a request_id was given, 9 version key prefix of the model,
+--       10 version changes stream key prefix of the model, 11 changes cap
 -- Returns {"created", number, 1 if the model was created else 0}
 --       | {"duplicate", "<model_id>/<number>" first created with the request_id}
 if ARGV[8] == "1" then
@@ -24,6 +25,7 @@ if redis.call("EXISTS", KEYS[2]) == 0 then
 end
 local number = redis.call("HINCRBY", KEYS[2], "latest", 1)
 redis.call("HSET", ARGV[9] .. number, "proto", ARGV[4], "gen", 1, "state", ARGV[5], "owner", ARGV[6])
+redis.call("XADD", ARGV[10] .. number, "MAXLEN", "~", ARGV[11], "*", "v", ARGV[4])
 redis.call("ZADD", KEYS[4], number, number)
 redis.call("SADD", KEYS[5], ARGV[1] .. "/" .. number)
 if ARGV[8] == "1" then

@@ -1,7 +1,8 @@
 -- Deletes a model and every version of it, unless one is served or still exporting.
 -- KEYS[1] model hash   KEYS[2] models time index   KEYS[3] the model's versions sorted set
 -- KEYS[4] active exports set
--- ARGV: 1 model id, 2 version key prefix, 3 version deployments key prefix
+-- ARGV: 1 model id, 2 version key prefix, 3 version deployments key prefix,
+--       4 version changes stream key prefix
 -- Returns {"deleted", number...} (the versions removed) | {"missing"}
 --       | {"deployed", number, "<id>,<id>..."} | {"exporting", number}
 local member = redis.call("HGET", KEYS[1], "member")
@@ -20,7 +21,7 @@ for _, number in ipairs(numbers) do
   end
 end
 for _, number in ipairs(numbers) do
-  redis.call("DEL", ARGV[2] .. number, ARGV[3] .. number)
+  redis.call("DEL", ARGV[2] .. number, ARGV[3] .. number, ARGV[4] .. number)
 end
 redis.call("DEL", KEYS[1], KEYS[3])
 redis.call("ZREM", KEYS[2], member)

@@ -1,6 +1,6 @@
 -- Deletes a model version unless a deployment serves it or its export is running.
 -- KEYS[1] version hash   KEYS[2] the model's versions sorted set
--- KEYS[3] the version's deployments set   KEYS[4] active exports set
+-- KEYS[3] the version's deployments set   KEYS[4] active exports set   KEYS[5] its changes stream
 -- ARGV: 1 version number, 2 active exports member "<model_id>/<number>"
 -- Returns {"deleted"} | {"missing"} | {"deployed", "<id>,<id>..."} | {"exporting"}
 if redis.call("EXISTS", KEYS[1]) == 0 then
@@ -14,6 +14,6 @@ end
 if redis.call("SISMEMBER", KEYS[4], ARGV[2]) == 1 then
   return {"exporting"}
 end
-redis.call("DEL", KEYS[1], KEYS[3])
+redis.call("DEL", KEYS[1], KEYS[3], KEYS[5])
 redis.call("ZREM", KEYS[2], ARGV[1])
 return {"deleted"}

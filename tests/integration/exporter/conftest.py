@@ -1,0 +1,34 @@
+"""An exporter (real gRPC server, real Redis, the session's shared Ray head) served in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from support_exporter import BUILDERS, EXAMPLES, ExporterClient, ExporterThread
+
+from paddleray.exporter.v1 import exporter_service_pb2_grpc
+from paddleray.services.exporter.settings import ExporterSettings
+
+
+@pytest.fixture(scope="module")
+def storage_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("exporter-storage")
+
+
+@pytest.fixture(scope="module")
+def exporter(ray_cluster, redis_server, storage_root):
+    settings = ExporterSettings(
+        port=0, redis_url=redis_server.url, ray_address=ray_cluster, storage_root=storage_root,
+        builder_allowlist=[EXAMPLES, BUILDERS], scheduler_address="", export_num_cpus=0.5,
+    )
+    thread = ExporterThread(settings)
+    yield thread
+    thread.stop()
+
+
+@pytest.fixture
+def client(exporter):
+    with grpc.insecure_channel(exporter.address) as channel:
+        yield ExporterClient(exporter_service_pb2_grpc.ExporterServiceStub(channel))
