@@ -32,21 +32,22 @@ def new_version(builder: str = "paddleray.services.trainer.examples.digits_mlp:b
     return model_pb2.ModelVersion(model_builder=builder, state=model_pb2.MODEL_VERSION_STATE_EXPORTING)
 
 
-class ExporterThread:
-    """ExporterApp and its gRPC server on their own event loop (both bind to the loop that makes them)."""
+class AppThread:
+    """A service app and its gRPC server on their own event loop (both bind to the loop that
+    makes them): make_app(settings) builds the app, registrations(app) its services."""
 
-    def __init__(self, settings: ExporterSettings) -> None:
+    def __init__(self, settings, make_app, registrations) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.app = self.run(self._make(settings))
+        self.app = self.run(self._make(make_app, settings))
         self.server = self.run(start_server(settings, registrations(self.app)))
         self.run(self.app.start())
         self.address = f"127.0.0.1:{self.server.port}"
 
     @staticmethod
-    async def _make(settings: ExporterSettings) -> ExporterApp:
-        return ExporterApp(settings)
+    async def _make(make_app, settings):
+        return make_app(settings)
 
     def run(self, coro, timeout: float = 60):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -56,6 +57,10 @@ class ExporterThread:
         self.run(self.app.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
+
+
+def exporter_thread(settings: ExporterSettings) -> AppThread:
+    return AppThread(settings, ExporterApp, registrations)
 
 
 class ExporterClient:
@@ -98,3 +103,21 @@ def linear_checkpoint(storage_root: Path, builder: str = "build_linear", seed: i
     paddle.save(getattr(module, builder)({}).state_dict(), str(staged / "model.pdparams"))
     info = CheckpointStore(storage_root / "checkpoints" / builder).commit(staged, step=seed, epoch=1, metrics={})
     return str(info.path)
+
+
+async def ready_version(store, storage_root: Path, model_id: str, backends=("paddle",)) -> int:
+    """A READY version (validated for `backends`) with a manifest on disk; returns its number."""
+    _, record = await store.create_version(new_model(model_id), new_version(), "owner", "")
+    version = model_pb2.ModelVersion()
+    version.CopyFrom(record.version)
+    version.state = model_pb2.MODEL_VERSION_STATE_READY
+    for i, backend in enumerate(backends):
+        check = version.validation.backends.add(
+            backend={"paddle": model_pb2.BACKEND_PADDLE_INFERENCE, "onnx": model_pb2.BACKEND_ONNX_RUNTIME}[backend],
+            passed=True)
+        check.median_latency.FromMicroseconds(100 - 50 * i)
+    await store.update_version(record, version)
+    directory = Path(storage_root) / "models" / model_id / "versions" / str(record.number)
+    directory.mkdir(parents=True)
+    (directory / "manifest.json").write_text("{}")
+    return record.number

@@ -104,6 +104,9 @@ def _service_env(
         # The scheduler checks the trainer's allowlist at CreateJob: keep the two in step.
         if "PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST" in os.environ:
             env.setdefault(prefix + "ENTRYPOINT_ALLOWLIST", os.environ["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"])
+    if service == "exporter":
+        # Exports from a job read the job (its checkpoints, entrypoint, config) from the scheduler.
+        env[prefix + "SCHEDULER_ADDRESS"] = state.address("scheduler")
     return env
 
 

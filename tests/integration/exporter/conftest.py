@@ -6,7 +6,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support_exporter import BUILDERS, EXAMPLES, ExporterClient, ExporterThread
+from support_exporter import BUILDERS, EXAMPLES, ExporterClient, exporter_thread
 
 from paddleray.exporter.v1 import exporter_service_pb2_grpc
 from paddleray.services.exporter.settings import ExporterSettings
@@ -18,12 +18,18 @@ def storage_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exporter(ray_cluster, redis_server, storage_root):
+def scheduler_address() -> str:
+    """No scheduler: modules that export jobs override this with a real one."""
+    return ""
+
+
+@pytest.fixture(scope="module")
+def exporter(ray_cluster, redis_server, storage_root, scheduler_address):
     settings = ExporterSettings(
         port=0, redis_url=redis_server.url, ray_address=ray_cluster, storage_root=storage_root,
-        builder_allowlist=[EXAMPLES, BUILDERS], scheduler_address="", export_num_cpus=0.5,
+        builder_allowlist=[EXAMPLES, BUILDERS], scheduler_address=scheduler_address, export_num_cpus=0.5,
     )
-    thread = ExporterThread(settings)
+    thread = exporter_thread(settings)
     yield thread
     thread.stop()
 
