@@ -19,6 +19,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
+from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
 from paddleray.services.common import errors
@@ -28,6 +29,8 @@ from paddleray.services.exporter.store import TERMINAL_STATES, RegistryStore, Ve
 
 log = logging.getLogger(__name__)
 S = model_pb2.ModelVersionState
+K = common_pb2.FailureKind
+_TRACEBACK_BYTES = 8 * 1024
 
 
 def artifact_dir(storage_root: Path, model_id: str, number: int) -> Path:
@@ -121,24 +124,28 @@ class ExportManager:
                 async for phase in self.runner.run(request, environment):
                     if phase["phase"] == "failed":
                         log.warning("export of %s failed: %s\n%s", name, phase["reason"], phase.get("traceback", ""))
-                        await self._write(record, lambda v, p=phase: _failed(v, p["reason"]))
+                        await self._write(record, lambda v, p=phase: _failed(v, p["reason"], K.FAILURE_KIND_USER_CODE,
+                                                                              p.get("traceback", "")))
                     elif phase["phase"] == "exported":
                         await self._write(record, lambda v, p=phase: convert.apply_exported(v, p))
                     elif phase["phase"] == "validated":
                         await self._write(record, lambda v, p=phase: convert.apply_validation(v, p["validation"]))
         except TimeoutError:
-            await self._write(record, lambda v: _failed(v, f"the export took longer than {self.export_timeout_s:g}s"))
+            await self._write(record, lambda v: _failed(v, f"the export took longer than {self.export_timeout_s:g}s",
+                                                     K.FAILURE_KIND_TIMEOUT))
         except asyncio.CancelledError:
-            await asyncio.shield(self._write(record, lambda v: _failed(v, "the exporter shut down during the export; "
-                                                                           "export again")))
+            await asyncio.shield(self._write(record, lambda v: _failed(
+                v, "the exporter shut down during the export; export again", K.FAILURE_KIND_STOPPED)))
             raise
         except Exception as exc:  # noqa: BLE001 - a lost worker, node or cluster ends the export
             log.exception("export of %s failed", name)
-            await self._write(record, lambda v, e=exc: _failed(v, f"the export task failed: {type(e).__name__}: {e}"))
+            await self._write(record, lambda v, e=exc: _failed(v, f"the export task failed: {type(e).__name__}: {e}",
+                                                            K.FAILURE_KIND_WORKER_LOST))
         finally:
             current = await self.store.get_version(record.model_id, record.number)
             if current is not None and current.version.state not in TERMINAL_STATES:
-                await self._write(record, lambda v: _failed(v, "the export task ended without a result"))
+                await self._write(record, lambda v: _failed(v, "the export task ended without a result",
+                                                         K.FAILURE_KIND_TRAINER_ERROR))
 
     async def _write(self, record: VersionRecord, change: Callable[[model_pb2.ModelVersion], None]) -> None:
         """Applies `change` to the stored version (re-read on a concurrent write) unless it
@@ -167,7 +174,8 @@ class ExportManager:
             if record is None or record.owner == self.owner or await self.store.owner_alive(record.owner):
                 continue
             await self._write(record, lambda v, o=record.owner: _failed(
-                v, f"the exporter running this export ({o}) went away before it finished; export again"))
+                v, f"the exporter running this export ({o}) went away before it finished; export again",
+                K.FAILURE_KIND_WORKER_LOST))
             failed += 1
         return failed
 
@@ -195,6 +203,8 @@ def _default_builder(entrypoint: str) -> str:
     return f"{entrypoint.partition(':')[0]}:build_model"
 
 
-def _failed(version: model_pb2.ModelVersion, reason: str) -> None:
+def _failed(version: model_pb2.ModelVersion, reason: str, kind: int, traceback: str = "") -> None:
     version.state = S.MODEL_VERSION_STATE_FAILED
     version.state_reason = reason
+    # Tracebacks are bounded as the trainer's are: the innermost frames are the useful ones.
+    version.failure.CopyFrom(common_pb2.Failure(kind=kind, message=reason, traceback=traceback[-_TRACEBACK_BYTES:]))

@@ -78,6 +78,7 @@ def test_a_builder_that_raises_ends_failed_with_its_error(client, storage_root):
     done = client.wait_done(version.name)
     assert done.state == S.MODEL_VERSION_STATE_FAILED
     assert "ValueError: this builder cannot build anything" in done.state_reason
+    assert done.failure.kind == common_pb2.FAILURE_KIND_USER_CODE and "build_failing" in done.failure.traceback
     assert not (Path(done.artifacts[0].uri).exists() if done.artifacts else False)
 
 

@@ -1,0 +1,126 @@
+"""The exporter as a real process: SERVING once Redis and Ray answer, and an exporter killed in
+the middle of an export leaves no version stuck in EXPORTING (the next one fails it, with why)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from support_exporter import BUILDERS, EXAMPLES, WORKERS, ExporterClient, linear_checkpoint
+
+from paddleray.common.v1 import common_pb2
+from paddleray.exporter.v1 import exporter_service_pb2 as es
+from paddleray.exporter.v1 import exporter_service_pb2_grpc, model_pb2
+from paddleray.services.localstack.health import serving
+from support import free_port, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+S = model_pb2.ModelVersionState
+
+
+class ExporterProcess:
+    """`python -m paddleray.services.exporter` as a child process, killable with SIGKILL."""
+
+    def __init__(self, redis_url: str, ray_address: str, storage_root: Path, log_dir: Path) -> None:
+        self.port = free_port()
+        self.log = log_dir / f"exporter-{self.port}.log"
+        env = {
+            **os.environ,
+            "PADDLERAY_EXPORTER_PORT": str(self.port),
+            "PADDLERAY_EXPORTER_REDIS_URL": redis_url,
+            "PADDLERAY_EXPORTER_RAY_ADDRESS": ray_address,
+            "PADDLERAY_EXPORTER_STORAGE_ROOT": str(storage_root),
+            "PADDLERAY_EXPORTER_SCHEDULER_ADDRESS": "",
+            "PADDLERAY_EXPORTER_BUILDER_ALLOWLIST": f'["{EXAMPLES}", "{BUILDERS}"]',
+            "PADDLERAY_EXPORTER_EXPORT_NUM_CPUS": "0.5",
+            "PADDLERAY_EXPORTER_OWNER_LEASE_S": "2",
+            "PADDLERAY_EXPORTER_SWEEP_INTERVAL_S": "0.5",
+            "PADDLERAY_EXPORTER_HEALTH_INTERVAL_S": "0.5",
+            "PADDLERAY_EXPORTER_GRACE_PERIOD_S": "0",
+        }
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.exporter"], env=env, stdout=out,
+                                         stderr=subprocess.STDOUT)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def wait_serving(self, timeout: float = 120) -> None:
+        def up():
+            assert self.proc.poll() is None, self.log.read_text()
+            return serving(self.address)
+
+        wait_until(up, timeout=timeout, interval=0.2, message=f"the exporter to serve (log: {self.log})")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def processes(ray_head, redis_url, tmp_path):
+    started: list[ExporterProcess] = []
+
+    def start() -> ExporterProcess:
+        process = ExporterProcess(redis_url, ray_head.address, tmp_path / "storage", tmp_path)
+        started.append(process)
+        process.wait_serving()
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def test_an_exporter_killed_mid_export_leaves_the_version_failed_not_exporting(processes, tmp_path):
+    first = processes()
+    checkpoint = linear_checkpoint(tmp_path / "storage")
+    with grpc.insecure_channel(first.address) as channel:
+        client = ExporterClient(exporter_service_pb2_grpc.ExporterServiceStub(channel))
+        version = client.export(parent="models/slow", checkpoint_uri=checkpoint, model_builder=f"{BUILDERS}:build_slow",
+                                runtime_env=common_pb2.RuntimeEnv(env_vars={"PYTHONPATH": str(WORKERS)}))
+        assert version.state == S.MODEL_VERSION_STATE_EXPORTING
+    first.kill()
+    second = processes()
+    with grpc.insecure_channel(second.address) as channel:
+        client = ExporterClient(exporter_service_pb2_grpc.ExporterServiceStub(channel))
+        done = client.wait_done(version.name, timeout=60)
+    assert done.state == S.MODEL_VERSION_STATE_FAILED
+    assert "went away before it finished" in done.state_reason, done.state_reason
+    assert done.failure.kind == common_pb2.FAILURE_KIND_WORKER_LOST
+    assert not (tmp_path / "storage" / "models" / "slow" / "versions" / "1" / "manifest.json").exists()
+
+
+def test_the_exporter_is_not_serving_while_redis_is_unreachable(ray_head, tmp_path):
+    dead_redis = f"redis://127.0.0.1:{free_port()}/0"
+    process = ExporterProcess(dead_redis, ray_head.address, tmp_path / "storage", tmp_path)
+    try:
+        wait_until(lambda: _health_answers(process), timeout=120, interval=0.2, message="the exporter's health server")
+        assert not serving(process.address)
+        with grpc.insecure_channel(process.address) as channel:
+            stub = exporter_service_pb2_grpc.ExporterServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as info:
+                stub.GetModel(es.GetModelRequest(name="models/x"), timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        process.stop()
+
+
+def _health_answers(process: ExporterProcess) -> bool:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    assert process.proc.poll() is None, process.log.read_text()
+    try:
+        with grpc.insecure_channel(process.address) as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1).status
+    except grpc.RpcError:
+        return False
+    return status == health_pb2.HealthCheckResponse.NOT_SERVING
