@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
-EXTRAS := cpu,test,bench,dev
+EXTRAS := cpu,onnx,test,bench,dev
 PYTEST_ARGS ?=
 
 .PHONY: demo test setup protos protos-check lint bench up down status clean

@@ -59,6 +59,22 @@ def test_export_of_a_checkpoint_returns_at_once_then_validates_and_is_ready(clie
     assert model.latest_version == 1
 
 
+def test_onnx_is_written_beside_and_validated_with_onnx_runtime(client, storage_root):
+    version = client.export(parent="models/both", checkpoint_uri=linear_checkpoint(storage_root),
+                            model_builder=f"{BUILDERS}:build_linear", runtime_env=ENV,
+                            formats=[model_pb2.EXPORT_FORMAT_ONNX])
+    done = client.wait_done(version.name)
+    assert done.state == S.MODEL_VERSION_STATE_READY, done.state_reason
+    by_format = {a.format: a for a in done.artifacts}
+    onnx = by_format[model_pb2.EXPORT_FORMAT_ONNX]
+    assert onnx.uri.endswith("/onnx/model.onnx") and onnx.size_bytes == Path(onnx.uri).stat().st_size > 0
+    checks = {b.backend: b for b in done.validation.backends}
+    assert set(checks) == {model_pb2.BACKEND_PADDLE_INFERENCE, model_pb2.BACKEND_ONNX_RUNTIME}
+    assert checks[model_pb2.BACKEND_ONNX_RUNTIME].passed and checks[model_pb2.BACKEND_ONNX_RUNTIME].max_abs_error <= 1e-5
+    manifest = json.loads((Path(onnx.uri).parent.parent / "manifest.json").read_text())
+    assert manifest["artifacts"] == {"paddle": "paddle", "onnx": "onnx/model.onnx"}
+
+
 def test_a_model_whose_static_graph_differs_ends_validation_failed_with_the_figures(client, storage_root):
     checkpoint = linear_checkpoint(storage_root, "build_noisy")
     version = client.export(parent="models/noisy", checkpoint_uri=checkpoint, model_builder=f"{BUILDERS}:build_noisy",
