@@ -37,17 +37,34 @@ class ExporterApp:
         self.exports = ExportManager(
             self.store, self.jobs, runner or RayExportRunner(settings.export_num_cpus), settings.storage_root,
             settings.builder_allowlist, settings.replica_id, settings.owner_lease_s, settings.export_timeout_s,
+            cluster_connected=self.ray.connected,
         )
         self.models = ModelRegistry(self.store, settings.storage_root)
         self.deployments = DeploymentManager(self.deployment_store, self.store, endpoint="")
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        await self.ray.connect()
         # Exports a predecessor left behind end now, not only after the first sweep interval.
         with contextlib.suppress(RedisError, OSError):
             await self.exports.sweep()
         self._tasks.append(asyncio.create_task(self.exports.run_sweeper(self.settings.sweep_interval_s)))
+        try:
+            await self.ray.connect()
+        except Exception:  # noqa: BLE001 - a cluster down at boot: NOT_SERVING until it answers
+            log.warning("the Ray cluster at %s cannot be reached yet; retrying", self.settings.ray_address,
+                        exc_info=True)
+            self._tasks.append(asyncio.create_task(self._connect_until_up()))
+
+    async def _connect_until_up(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.health_interval_s)
+            try:
+                await self.ray.reconnect()
+            except Exception:  # noqa: BLE001
+                log.info("the Ray cluster at %s still cannot be reached", self.settings.ray_address)
+                continue
+            log.info("connected to the Ray cluster at %s", self.settings.ray_address)
+            return
 
     async def ready(self) -> bool:
         """SERVING only while Redis and the Ray cluster can both be reached."""

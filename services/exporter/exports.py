@@ -49,6 +49,7 @@ class ExportManager:
         owner_lease_s: float = 10.0,
         export_timeout_s: float = 900.0,
         on_change: Callable[[], None] | None = None,
+        cluster_connected: Callable[[], bool] = lambda: True,
     ) -> None:
         self.store = store
         self.jobs = jobs
@@ -59,6 +60,7 @@ class ExportManager:
         self.owner_lease_s = owner_lease_s
         self.export_timeout_s = export_timeout_s
         self.on_change = on_change or (lambda: None)
+        self.cluster_connected = cluster_connected
         self._tasks: dict[str, asyncio.Task] = {}
 
     # -- ExportModel ---------------------------------------------------------------------
@@ -69,6 +71,9 @@ class ExportManager:
             first = await self._first_of_request(spec.request_id)
             if first is not None:
                 return first
+        if not self.cluster_connected():
+            # Checked before anything is recorded: Ray would otherwise start a local cluster of its own.
+            raise errors.Unavailable("the exporter is not connected to its Ray cluster yet; retry")
         source = await self._source(spec)
         builder = spec.builder or _default_builder(source.entrypoint)
         check_builder(builder, self.allowlist)

@@ -30,20 +30,27 @@ class RayLink:
 
     async def reconnect(self) -> None:
         """A new driver session: after a head restart the old one points at a cluster that is gone."""
+        self.cluster_id = ""
         await asyncio.to_thread(ray.shutdown)
         await self.connect()
 
     async def identity(self) -> str | None:
         """The head node id of the cluster now, None when it cannot be reached in time.
 
-        One check in flight at a time: a call stuck on a dead cluster is not stacked on.
+        One check in flight at a time: a call stuck on a dead cluster is not stacked on. Never
+        before connect(): Ray's APIs would start a local cluster of their own.
         """
+        if not ray.is_initialized():
+            return None
         if self._check is None or self._check.done():
             self._check = asyncio.ensure_future(asyncio.to_thread(_head_node_id))
         try:
             return await asyncio.wait_for(asyncio.shield(self._check), self.check_timeout_s)
         except Exception:  # noqa: BLE001 - unreachable for now, whatever the reason
             return None
+
+    def connected(self) -> bool:
+        return bool(self.cluster_id) and ray.is_initialized()
 
     async def reachable(self) -> bool:
         return ray.is_initialized() and await self.identity() is not None

@@ -124,3 +124,19 @@ def _health_answers(process: ExporterProcess) -> bool:
     except grpc.RpcError:
         return False
     return status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_the_exporter_is_not_serving_and_exports_nothing_while_ray_is_unreachable(redis_url, tmp_path):
+    process = ExporterProcess(redis_url, f"127.0.0.1:{free_port()}", tmp_path / "storage", tmp_path)
+    try:
+        wait_until(lambda: _health_answers(process), timeout=120, interval=0.2, message="the exporter's health server")
+        assert not serving(process.address)
+        with grpc.insecure_channel(process.address) as channel:
+            client = ExporterClient(exporter_service_pb2_grpc.ExporterServiceStub(channel))
+            with pytest.raises(grpc.RpcError) as info:
+                client.export(parent="models/x", checkpoint_uri=linear_checkpoint(tmp_path / "storage"),
+                              model_builder=f"{BUILDERS}:build_linear")
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "Ray cluster" in info.value.details()
+        assert process.proc.poll() is None  # still up, waiting for the cluster
+    finally:
+        process.stop()
