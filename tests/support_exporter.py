@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,8 +16,9 @@ from paddleray.services.common.server import start_server, stop_server
 from paddleray.services.exporter.__main__ import registrations
 from paddleray.services.exporter.app import ExporterApp
 from paddleray.services.exporter.settings import ExporterSettings
+from paddleray.services.localstack.health import serving
 from paddleray.services.trainer.checkpoints import CheckpointStore
-from support import wait_until
+from support import free_port, wait_until
 
 WORKERS = Path(__file__).parent / "integration" / "exporter" / "workers"
 BUILDERS = "exporter_test_builders"
@@ -121,3 +126,48 @@ async def ready_version(store, storage_root: Path, model_id: str, backends=("pad
     directory.mkdir(parents=True)
     (directory / "manifest.json").write_text("{}")
     return record.number
+
+
+class ExporterProcess:
+    """`python -m paddleray.services.exporter` as a child process, killable with SIGKILL."""
+
+    def __init__(self, redis_url: str, ray_address: str, storage_root: Path, log_dir: Path, **settings) -> None:
+        self.port = free_port()
+        self.log = log_dir / f"exporter-{self.port}.log"
+        env = {
+            **os.environ,
+            "PADDLERAY_EXPORTER_PORT": str(self.port),
+            "PADDLERAY_EXPORTER_REDIS_URL": redis_url,
+            "PADDLERAY_EXPORTER_RAY_ADDRESS": ray_address,
+            "PADDLERAY_EXPORTER_STORAGE_ROOT": str(storage_root),
+            "PADDLERAY_EXPORTER_SCHEDULER_ADDRESS": "",
+            "PADDLERAY_EXPORTER_BUILDER_ALLOWLIST": f'["{EXAMPLES}", "{BUILDERS}"]',
+            "PADDLERAY_EXPORTER_EXPORT_NUM_CPUS": "0.5",
+            "PADDLERAY_EXPORTER_OWNER_LEASE_S": "2",
+            "PADDLERAY_EXPORTER_SWEEP_INTERVAL_S": "0.5",
+            "PADDLERAY_EXPORTER_HEALTH_INTERVAL_S": "0.5",
+            "PADDLERAY_EXPORTER_GRACE_PERIOD_S": "0",
+            "PADDLERAY_EXPORTER_SERVING_GRPC_PORT": str(free_port()),
+            "PADDLERAY_EXPORTER_SERVING_HTTP_PORT": str(free_port()),
+            **{f"PADDLERAY_EXPORTER_{k}": str(v) for k, v in settings.items()},
+        }
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.exporter"], env=env, stdout=out,
+                                         stderr=subprocess.STDOUT)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def wait_serving(self, timeout: float = 120) -> None:
+        def up():
+            assert self.proc.poll() is None, self.log.read_text()
+            return serving(self.address)
+
+        wait_until(up, timeout=timeout, interval=0.2, message=f"the exporter to serve (log: {self.log})")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)

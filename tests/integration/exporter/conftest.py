@@ -10,6 +10,7 @@ from support_exporter import BUILDERS, EXAMPLES, ExporterClient, exporter_thread
 
 from paddleray.exporter.v1 import exporter_service_pb2_grpc
 from paddleray.services.exporter.settings import ExporterSettings
+from support import free_port
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,7 @@ def exporter(ray_cluster, redis_server, storage_root, scheduler_address):
     settings = ExporterSettings(
         port=0, redis_url=redis_server.url, ray_address=ray_cluster, storage_root=storage_root,
         builder_allowlist=[EXAMPLES, BUILDERS], scheduler_address=scheduler_address, export_num_cpus=0.5,
+        serving_grpc_port=free_port(), serving_http_port=free_port(),
     )
     thread = exporter_thread(settings)
     yield thread

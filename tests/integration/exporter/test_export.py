@@ -155,3 +155,37 @@ def test_a_missing_checkpoint_is_not_found_and_a_job_needs_a_scheduler(client, s
     with pytest.raises(grpc.RpcError) as info:
         client.export(parent="models/x", job="jobs/unknown")
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "scheduler_address" in info.value.details()
+
+
+def test_models_and_versions_are_listed_updated_and_deleted_over_grpc(client, storage_root):
+    from google.protobuf import field_mask_pb2
+
+    version = client.export(parent="models/registry", checkpoint_uri=linear_checkpoint(storage_root),
+                            model_builder=f"{BUILDERS}:build_linear", runtime_env=ENV, display_name="Registry",
+                            labels={"team": "vision"})
+    client.wait_done(version.name)
+    stub = client.stub
+    model = stub.GetModel(es.GetModelRequest(name="models/registry")).model
+    assert model.display_name == "Registry" and dict(model.labels) == {"team": "vision"} and model.latest_version == 1
+    names = []
+    token = ""
+    while True:
+        page = stub.ListModels(es.ListModelsRequest(page_size=2, page_token=token))
+        names += [m.name for m in page.models]
+        if not (token := page.next_page_token):
+            break
+    assert "models/registry" in names and len(names) == len(set(names))
+    updated = stub.UpdateModel(es.UpdateModelRequest(model=model_pb2.Model(name="models/registry", display_name="R2"),
+                                                     update_mask=field_mask_pb2.FieldMask(paths=["display_name"]))).model
+    assert updated.display_name == "R2" and dict(updated.labels) == {"team": "vision"}
+    listed = stub.ListModelVersions(es.ListModelVersionsRequest(parent="models/registry")).model_versions
+    assert [v.name for v in listed] == [version.name]
+    stub.DeleteModelVersion(es.DeleteModelVersionRequest(name=version.name))
+    assert not (storage_root / "models" / "registry" / "versions" / "1").exists()
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetModelVersion(es.GetModelVersionRequest(name=version.name))
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    stub.DeleteModel(es.DeleteModelRequest(name="models/registry"))
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetModel(es.GetModelRequest(name="models/registry"))
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND

@@ -3,15 +3,9 @@ the middle of an export leaves no version stuck in EXPORTING (the next one fails
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
 import grpc
 import pytest
-from support_exporter import BUILDERS, EXAMPLES, WORKERS, ExporterClient, linear_checkpoint
+from support_exporter import BUILDERS, WORKERS, ExporterClient, ExporterProcess, linear_checkpoint
 
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
@@ -21,48 +15,6 @@ from support import free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 S = model_pb2.ModelVersionState
-
-
-class ExporterProcess:
-    """`python -m paddleray.services.exporter` as a child process, killable with SIGKILL."""
-
-    def __init__(self, redis_url: str, ray_address: str, storage_root: Path, log_dir: Path) -> None:
-        self.port = free_port()
-        self.log = log_dir / f"exporter-{self.port}.log"
-        env = {
-            **os.environ,
-            "PADDLERAY_EXPORTER_PORT": str(self.port),
-            "PADDLERAY_EXPORTER_REDIS_URL": redis_url,
-            "PADDLERAY_EXPORTER_RAY_ADDRESS": ray_address,
-            "PADDLERAY_EXPORTER_STORAGE_ROOT": str(storage_root),
-            "PADDLERAY_EXPORTER_SCHEDULER_ADDRESS": "",
-            "PADDLERAY_EXPORTER_BUILDER_ALLOWLIST": f'["{EXAMPLES}", "{BUILDERS}"]',
-            "PADDLERAY_EXPORTER_EXPORT_NUM_CPUS": "0.5",
-            "PADDLERAY_EXPORTER_OWNER_LEASE_S": "2",
-            "PADDLERAY_EXPORTER_SWEEP_INTERVAL_S": "0.5",
-            "PADDLERAY_EXPORTER_HEALTH_INTERVAL_S": "0.5",
-            "PADDLERAY_EXPORTER_GRACE_PERIOD_S": "0",
-        }
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.exporter"], env=env, stdout=out,
-                                         stderr=subprocess.STDOUT)
-        self.address = f"127.0.0.1:{self.port}"
-
-    def wait_serving(self, timeout: float = 120) -> None:
-        def up():
-            assert self.proc.poll() is None, self.log.read_text()
-            return serving(self.address)
-
-        wait_until(up, timeout=timeout, interval=0.2, message=f"the exporter to serve (log: {self.log})")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(30)
 
 
 @pytest.fixture
