@@ -64,6 +64,14 @@ class AppThread:
         self.thread.join(timeout=10)
 
 
+def flush(redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    client.close()
+
+
 def exporter_thread(settings: ExporterSettings) -> AppThread:
     return AppThread(settings, ExporterApp, registrations)
 

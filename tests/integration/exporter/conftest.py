@@ -6,7 +6,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support_exporter import BUILDERS, EXAMPLES, ExporterClient, exporter_thread
+from support_exporter import BUILDERS, EXAMPLES, ExporterClient, exporter_thread, flush
 
 from paddleray.exporter.v1 import exporter_service_pb2_grpc
 from paddleray.services.exporter.settings import ExporterSettings
@@ -26,6 +26,7 @@ def scheduler_address() -> str:
 
 @pytest.fixture(scope="module")
 def exporter(ray_cluster, redis_server, storage_root, scheduler_address):
+    flush(redis_server.url)  # a module's exporter starts from an empty registry
     settings = ExporterSettings(
         port=0, redis_url=redis_server.url, ray_address=ray_cluster, storage_root=storage_root,
         builder_allowlist=[EXAMPLES, BUILDERS], scheduler_address=scheduler_address, export_num_cpus=0.5,
