@@ -22,7 +22,7 @@ _TYPES = {
     "FP32": (model_pb2.DATA_TYPE_FP32, "float32"),
     "FP64": (model_pb2.DATA_TYPE_FP64, "float64"),
 }
-_BY_ENUM = {enum: name for name, (enum, _) in _TYPES.items()}
+_BY_ENUM: dict[int, str] = {int(enum): name for name, (enum, _) in _TYPES.items()}
 _BY_DTYPE = {dtype: name for name, (_, dtype) in _TYPES.items()}
 V2_NAMES = tuple(_TYPES)
 
@@ -32,7 +32,7 @@ def from_enum(value: int) -> str:
     return _BY_ENUM[value]
 
 
-def to_enum(name: str) -> int:
+def to_enum(name: str) -> model_pb2.DataType:
     return _TYPES[name][0]
 
 

@@ -9,7 +9,7 @@ same step as the write, by the Lua scripts (a version must be READY when it is f
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from google.protobuf import field_mask_pb2
 
@@ -66,7 +66,7 @@ class DeploymentManager:
         record = await self._record(name)
         return await self.live(record.deployment) if self.live is not None else record.deployment
 
-    async def list(self, page_size: int, page_token: str, model: str,
+    async def list_deployments(self, page_size: int, page_token: str, model: str,
                    model_version: str) -> tuple[list[deployment_pb2.Deployment], str]:
         if model:
             names.MODEL.parse(model, "model")
@@ -108,7 +108,7 @@ class DeploymentManager:
             self._raise_failure(result, merged, found)
             self.on_change()
             return merged
-        raise errors.Aborted(f"{deployment.name} kept changing; retry")
+        raise errors.Unavailable(f"{deployment.name} kept changing; retry")
 
     async def delete(self, name: str) -> deployment_pb2.Deployment:
         for _ in range(5):
@@ -121,7 +121,7 @@ class DeploymentManager:
             if await self.store.write_status(record, deleting) is not None:
                 self.on_change()
                 return deleting
-        raise errors.Aborted(f"{name} kept changing; retry")
+        raise errors.Unavailable(f"{name} kept changing; retry")
 
     async def _record(self, name: str, field: str = "name") -> DeploymentRecord:
         deployment_id = names.DEPLOYMENT.parse_one(name, field)
@@ -131,7 +131,7 @@ class DeploymentManager:
         return record
 
     async def _check_versions(self, desired: deployment_pb2.Deployment, found: list[tuple[str, int]],
-                              already_served: set[tuple[str, int]] = frozenset()) -> None:
+                              already_served: Collection[tuple[str, int]] = frozenset()) -> None:
         for i, (model_id, number) in enumerate(found):
             where = f"deployment.traffic[{i}].model_version"
             record = await self.registry.get_version(model_id, number)
@@ -165,4 +165,4 @@ class DeploymentManager:
             raise errors.FailedPrecondition(f"{where} is no longer READY")
         if result.status == "missing":
             raise errors.NotFound(f"{desired.name} does not exist")
-        raise errors.Aborted(f"{desired.name} changed meanwhile; retry")
+        raise errors.Unavailable(f"{desired.name} changed meanwhile; retry")

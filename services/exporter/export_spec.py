@@ -19,13 +19,12 @@ from google.protobuf import json_format
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
-from paddleray.services.common import errors, names
+from paddleray.services.common import entrypoints, errors, names
 from paddleray.services.exporter import datatypes
 from paddleray.services.scheduler.validation import validate_labels
 
-_ENTRYPOINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _TENSOR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
-_FORMATS = {model_pb2.EXPORT_FORMAT_PADDLE_INFERENCE: "paddle", model_pb2.EXPORT_FORMAT_ONNX: "onnx"}
+_FORMATS: dict[int, str] = {model_pb2.EXPORT_FORMAT_PADDLE_INFERENCE: "paddle", model_pb2.EXPORT_FORMAT_ONNX: "onnx"}
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_REQUEST_ID = 128
 MAX_DISPLAY_NAME = 256
@@ -50,10 +49,9 @@ class ExportSpec:
 
 
 def check_builder(builder: str, allowlist: Sequence[str], where: str = "model_builder") -> None:
-    if not _ENTRYPOINT.fullmatch(builder):
-        raise errors.InvalidArgument(where, "must have the form 'package.module:function'")
+    entrypoints.check_form(builder, where)
     module = builder.partition(":")[0]
-    if not any(module == prefix or module.startswith(prefix + ".") for prefix in allowlist):
+    if not entrypoints.allowlisted(module, allowlist):
         raise errors.PermissionDenied(
             f"{where}: module {module!r} is not under an allowed prefix ({', '.join(allowlist) or 'none'})"
         )

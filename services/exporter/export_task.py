@@ -106,8 +106,11 @@ def _default_inputs(module, builder: str) -> list[dict[str, Any]]:
 def input_specs(inputs: list[dict[str, Any]]):
     from paddle.static import InputSpec
 
-    return [InputSpec([None if d == -1 else d for d in t["shape"]], datatypes.dtype_name(t["datatype"]), t["name"])
-            for t in inputs]
+    specs = []
+    for t in inputs:
+        dtype: Any = datatypes.dtype_name(t["datatype"])  # a dtype name Paddle accepts ("float32")
+        specs.append(InputSpec([None if d == -1 else d for d in t["shape"]], dtype, t["name"]))
+    return specs
 
 
 def _write_artifacts(model, inputs: list[dict[str, Any]], request: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ exporter killed mid-export leaves no version stuck in EXPORTING.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -99,8 +100,11 @@ class ExportManager:
             task_request = self._task_request(spec, record, builder, config, source)
             task = asyncio.create_task(self._run(record, task_request, environment))
             self._tasks[record.version.name] = task
-            task.add_done_callback(lambda _t, name=record.version.name: self._tasks.pop(name, None))
+            task.add_done_callback(functools.partial(self._forget, record.version.name))
         return record.version
+
+    def _forget(self, name: str, _task: asyncio.Task) -> None:
+        self._tasks.pop(name, None)
 
     async def _first_of_request(self, request_id: str) -> model_pb2.ModelVersion | None:
         record = await self.store.version_of_request(request_id)
@@ -129,28 +133,28 @@ class ExportManager:
                 async for phase in self.runner.run(request, environment):
                     if phase["phase"] == "failed":
                         log.warning("export of %s failed: %s\n%s", name, phase["reason"], phase.get("traceback", ""))
-                        await self._write(record, lambda v, p=phase: _failed(v, p["reason"], K.FAILURE_KIND_USER_CODE,
-                                                                              p.get("traceback", "")))
+                        await self._write(record, failing(phase["reason"], K.FAILURE_KIND_USER_CODE,
+                                                          phase.get("traceback", "")))
                     elif phase["phase"] == "exported":
-                        await self._write(record, lambda v, p=phase: convert.apply_exported(v, p))
+                        await self._write(record, functools.partial(convert.apply_exported, phase=phase))
                     elif phase["phase"] == "validated":
-                        await self._write(record, lambda v, p=phase: convert.apply_validation(v, p["validation"]))
+                        await self._write(record, functools.partial(convert.apply_validation,
+                                                                    validation=phase["validation"]))
         except TimeoutError:
-            await self._write(record, lambda v: _failed(v, f"the export took longer than {self.export_timeout_s:g}s",
-                                                     K.FAILURE_KIND_TIMEOUT))
+            await self._write(record, failing(f"the export took longer than {self.export_timeout_s:g}s",
+                                              K.FAILURE_KIND_TIMEOUT))
         except asyncio.CancelledError:
-            await asyncio.shield(self._write(record, lambda v: _failed(
-                v, "the exporter shut down during the export; export again", K.FAILURE_KIND_STOPPED)))
+            await asyncio.shield(self._write(record, failing("the exporter shut down during the export; export again",
+                                                             K.FAILURE_KIND_STOPPED)))
             raise
         except Exception as exc:  # noqa: BLE001 - a lost worker, node or cluster ends the export
             log.exception("export of %s failed", name)
-            await self._write(record, lambda v, e=exc: _failed(v, f"the export task failed: {type(e).__name__}: {e}",
-                                                            K.FAILURE_KIND_WORKER_LOST))
+            await self._write(record, failing(f"the export task failed: {type(exc).__name__}: {exc}",
+                                              K.FAILURE_KIND_WORKER_LOST))
         finally:
             current = await self.store.get_version(record.model_id, record.number)
             if current is not None and current.version.state not in TERMINAL_STATES:
-                await self._write(record, lambda v: _failed(v, "the export task ended without a result",
-                                                         K.FAILURE_KIND_TRAINER_ERROR))
+                await self._write(record, failing("the export task ended without a result", K.FAILURE_KIND_TRAINER_ERROR))
 
     async def _write(self, record: VersionRecord, change: Callable[[model_pb2.ModelVersion], None]) -> None:
         """Applies `change` to the stored version (re-read on a concurrent write) unless it
@@ -178,8 +182,8 @@ class ExportManager:
             record = await self.store.get_version(model_id, number)
             if record is None or record.owner == self.owner or await self.store.owner_alive(record.owner):
                 continue
-            await self._write(record, lambda v, o=record.owner: _failed(
-                v, f"the exporter running this export ({o}) went away before it finished; export again",
+            await self._write(record, failing(
+                f"the exporter running this export ({record.owner}) went away before it finished; export again",
                 K.FAILURE_KIND_WORKER_LOST))
             failed += 1
         return failed
@@ -208,8 +212,14 @@ def _default_builder(entrypoint: str) -> str:
     return f"{entrypoint.partition(':')[0]}:build_model"
 
 
-def _failed(version: model_pb2.ModelVersion, reason: str, kind: int, traceback: str = "") -> None:
-    version.state = S.MODEL_VERSION_STATE_FAILED
-    version.state_reason = reason
-    # Tracebacks are bounded as the trainer's are: the innermost frames are the useful ones.
-    version.failure.CopyFrom(common_pb2.Failure(kind=kind, message=reason, traceback=traceback[-_TRACEBACK_BYTES:]))
+def failing(reason: str, kind: common_pb2.FailureKind,
+            traceback: str = "") -> Callable[[model_pb2.ModelVersion], None]:
+    """The change that ends a version FAILED with this reason."""
+
+    def change(version: model_pb2.ModelVersion) -> None:
+        version.state = S.MODEL_VERSION_STATE_FAILED
+        version.state_reason = reason
+        # Bounded as the trainer's tracebacks are: the innermost frames are the useful ones.
+        version.failure.CopyFrom(common_pb2.Failure(kind=kind, message=reason, traceback=traceback[-_TRACEBACK_BYTES:]))
+
+    return change

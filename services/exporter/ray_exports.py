@@ -26,7 +26,7 @@ class RayExportRunner:
             max_retries=0,
             name=f"export {request['version']}",
         )
-        generator = task.remote(request)
+        generator: Any = task.remote(request)  # an ObjectRefGenerator (num_returns="streaming")
         finished = False
         try:
             async for ref in generator:

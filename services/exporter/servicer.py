@@ -55,7 +55,7 @@ class ExporterServicer(exporter_service_pb2_grpc.ExporterServiceServicer):
         return es.GetDeploymentResponse(deployment=await self.deployments.get(request.name))
 
     async def ListDeployments(self, request: es.ListDeploymentsRequest, context) -> es.ListDeploymentsResponse:
-        deployments, token = await self.deployments.list(request.page_size, request.page_token, request.model,
+        deployments, token = await self.deployments.list_deployments(request.page_size, request.page_token, request.model,
                                                          request.model_version)
         return es.ListDeploymentsResponse(deployments=deployments, next_page_token=token)
 

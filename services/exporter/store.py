@@ -233,4 +233,4 @@ def _version_record(model_id: str, number: int, proto: bytes | None, gen: bytes 
         return None
     version = model_pb2.ModelVersion.FromString(proto)
     version.name = version_name(model_id, number)
-    return VersionRecord(version, int(gen), (owner or b"").decode(), model_id, number)
+    return VersionRecord(version, int(gen or 0), (owner or b"").decode(), model_id, number)

@@ -57,7 +57,7 @@ def dynamic_outputs(model, inputs: list[dict[str, Any]], batch: dict[str, Any]) 
 
     with paddle.no_grad():
         out = model(*[paddle.to_tensor(batch[t["name"]]) for t in inputs])
-    flat = paddle.utils.flatten(out) if isinstance(out, list | tuple | dict) else [out]
+    flat: list[Any] = list(paddle.utils.flatten(out)) if isinstance(out, list | tuple | dict) else [out]
     return [t.numpy() for t in flat]
 
 
@@ -139,7 +139,7 @@ def _check_backend(backend: str, path: Path, samples, references, atol: float, r
                    predictor: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    result = {"backend": backend, "passed": False, "max_abs_error": 0.0, "max_rel_error": 0.0,
+    result: dict[str, Any] = {"backend": backend, "passed": False, "max_abs_error": 0.0, "max_rel_error": 0.0,
               "median_latency_s": 0.0, "message": ""}
     try:
         runner = _PaddleRunner(path, predictor) if backend == "paddle" else _OnnxRunner(path, predictor)

@@ -131,11 +131,11 @@ async def test_list_filters_by_model_and_version_and_pages(manager, store, tmp_p
         await ready_version(store, tmp_path, model_id)
     for i, model_id in enumerate(("a", "a", "b")):
         await manager.create(f"d{i}", deployment((f"models/{model_id}/versions/1", 100)), "")
-    page, token = await manager.list(1, "", "models/a", "")
+    page, token = await manager.list_deployments(1, "", "models/a", "")
     assert [d.name for d in page] == ["deployments/d1"] and token
-    page, token = await manager.list(1, token, "models/a", "")
+    page, token = await manager.list_deployments(1, token, "models/a", "")
     assert [d.name for d in page] == ["deployments/d0"]
     with pytest.raises(errors.InvalidArgument, match="page_token"):
-        await manager.list(1, token, "models/b", "")
-    page, _ = await manager.list(0, "", "", "models/b/versions/1")
+        await manager.list_deployments(1, token, "models/b", "")
+    page, _ = await manager.list_deployments(0, "", "", "models/b/versions/1")
     assert [d.name for d in page] == ["deployments/d2"]
