@@ -56,3 +56,9 @@ class OutOfRange(DomainError):
 
 class Unavailable(DomainError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class Aborted(DomainError):
+    """A concurrent change won; the client may retry."""
+
+    code = grpc.StatusCode.ABORTED

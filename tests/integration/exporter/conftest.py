@@ -6,11 +6,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support_exporter import BUILDERS, EXAMPLES, ExporterClient, exporter_thread, flush
 
 from paddleray.exporter.v1 import exporter_service_pb2_grpc
 from paddleray.services.exporter.settings import ExporterSettings
 from support import free_port
+from support.exporter import BUILDERS, EXAMPLES, ExporterClient, exporter_thread, flush
 
 
 @pytest.fixture(scope="module")

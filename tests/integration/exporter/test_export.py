@@ -8,11 +8,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support_exporter import BUILDERS, WORKERS, linear_checkpoint
 
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
+from support.exporter import BUILDERS, WORKERS, linear_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 S = model_pb2.ModelVersionState

@@ -10,8 +10,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from support_exporter import EXAMPLES, AppThread
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import model_pb2
@@ -26,6 +24,8 @@ from paddleray.services.trainer.examples import digits_data, digits_mlp, loop
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer
 from support import ServerThread, wait_until
+from support.exporter import EXAMPLES, AppThread
+from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 J = job_pb2.JobState

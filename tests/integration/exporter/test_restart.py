@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from support_exporter import BUILDERS, WORKERS, ExporterClient, ExporterProcess, linear_checkpoint
 
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import exporter_service_pb2_grpc, model_pb2
 from paddleray.services.localstack.health import serving
 from support import free_port, wait_until
+from support.exporter import BUILDERS, WORKERS, ExporterClient, ExporterProcess, linear_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 S = model_pb2.ModelVersionState

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pytest
 from grpc import aio
-from support_fake_trainer import FakeTrainer, start_fake_trainer
 
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import job_service_pb2 as js
@@ -15,6 +14,7 @@ from paddleray.services.common.server import start_server, stop_server
 from paddleray.services.scheduler.__main__ import registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
+from support.fake_trainer import FakeTrainer, start_fake_trainer
 
 # The entrypoints the scheduler tests submit (make_job's default, the real-trainer workers).
 TEST_ALLOWLIST = ["pkg", "scheduler_test_entrypoints"]

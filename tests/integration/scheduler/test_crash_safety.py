@@ -10,13 +10,13 @@ import asyncio
 
 import pytest
 from grpc import aio
-from support_fake_trainer import FakeTrainer, start_fake_trainer
-from support_scheduler import SchedulerProcess, make_job
 
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.services.common import states
 from paddleray.trainer.v1 import run_pb2
+from support.fake_trainer import FakeTrainer, start_fake_trainer
+from support.scheduler import SchedulerProcess, make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 J = job_pb2.JobState

@@ -6,13 +6,13 @@ import asyncio
 
 import grpc
 import pytest
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.services.scheduler import keys
 from paddleray.trainer.v1 import run_pb2
+from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 J = job_pb2.JobState
@@ -270,9 +270,8 @@ async def test_backfill_starts_small_jobs_while_a_big_one_has_not_waited_long(st
 
 
 async def test_memory_and_tenant_gpu_limits_hold_jobs_back(stack_factory):
-    from support_fake_trainer import FakeTrainer
-
     from paddleray.services.scheduler.settings import TenantLimits
+    from support.fake_trainer import FakeTrainer
 
     fake = FakeTrainer(cpus=8, gpus=2, memory=4 << 30)
     async with stack_factory(fake=fake, tenant_limits={"vision": TenantLimits(max_gpus=0.5)}) as stack:

@@ -15,9 +15,6 @@ import grpc
 import pytest
 from google.protobuf import json_format
 from grpc import aio
-from support_fake_trainer import start_fake_trainer
-from support_scheduler import make_job
-from support_sweep_trainer import SweepTrainer, trial_score
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, job_pb2, job_service_pb2_grpc
@@ -28,6 +25,9 @@ from paddleray.services.scheduler.__main__ import registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.trainer.v1 import run_pb2
+from support.fake_trainer import start_fake_trainer
+from support.scheduler import make_job
+from support.sweep_trainer import SweepTrainer, trial_score
 
 pytestmark = pytest.mark.integration
 

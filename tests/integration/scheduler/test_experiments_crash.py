@@ -13,15 +13,15 @@ import json
 
 import pytest
 from grpc import aio
-from support_fake_trainer import TERMINAL, start_fake_trainer
-from support_scheduler import SchedulerProcess, make_job
-from support_sweep_trainer import SweepTrainer
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, job_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import experiment_service_pb2 as es
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.trainer.v1 import run_pb2
+from support.fake_trainer import TERMINAL, start_fake_trainer
+from support.scheduler import SchedulerProcess, make_job
+from support.sweep_trainer import SweepTrainer
 
 pytestmark = pytest.mark.integration
 

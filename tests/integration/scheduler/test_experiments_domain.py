@@ -12,7 +12,6 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 from google.protobuf import json_format
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
@@ -22,6 +21,7 @@ from paddleray.services.scheduler.experiment_store import ExperimentStore
 from paddleray.services.scheduler.experiments import ExperimentManager
 from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.store import JobStore
+from support.scheduler import make_job
 
 pytestmark = pytest.mark.integration
 

@@ -6,10 +6,10 @@ import asyncio
 
 import grpc
 import pytest
-from support_scheduler import make_job
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
+from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 J = job_pb2.JobState

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 from prometheus_client import REGISTRY
-from support_scheduler import make_job
 
 from paddleray.services.common.logs import JsonFormatter
+from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

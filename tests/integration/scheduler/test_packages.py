@@ -13,7 +13,6 @@ import zipfile
 import grpc
 import pytest
 from grpc import aio
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2, package_service_pb2_grpc
@@ -22,6 +21,7 @@ from paddleray.scheduler.v1 import package_service_pb2 as pb
 from paddleray.services.client.packaging import build_package, upload_package
 from paddleray.services.common import errors, packages
 from paddleray.services.scheduler.packages import PackageStore
+from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -7,7 +7,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
@@ -17,6 +16,7 @@ from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer
 from paddleray.trainer.v1 import run_pb2
 from support import ServerThread
+from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 J = job_pb2.JobState

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from stand_in_context import StandInContext
 
 from bench.trainer_bare import train as bare_train
 from paddleray.services.trainer.examples import digits_cnn, loop
+from support.stand_in_context import StandInContext
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,8 @@ import re
 import shlex
 
 import pytest
-from deploy_support import DEPLOY, REPO, pin, pyproject
+
+from support.deploy import DEPLOY, REPO, pin, pyproject
 
 pytestmark = pytest.mark.unit
 

@@ -9,11 +9,11 @@ with values those settings accept.
 from __future__ import annotations
 
 import pytest
-from deploy_support import DEPLOY, load_all, pyproject
 
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.trainer.settings import TrainerSettings
+from support.deploy import DEPLOY, load_all, pyproject
 
 pytestmark = pytest.mark.unit
 

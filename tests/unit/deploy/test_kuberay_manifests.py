@@ -12,7 +12,8 @@ from functools import cache
 import jsonschema
 import pytest
 import yaml
-from deploy_support import DEPLOY, load_all, pin, pyproject
+
+from support.deploy import DEPLOY, load_all, pin, pyproject
 
 pytestmark = pytest.mark.unit
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf import field_mask_pb2
-from support_exporter import ready_version
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
 from paddleray.services.common import errors
 from paddleray.services.exporter import keys
 from paddleray.services.exporter.deployments import DeploymentManager
 from paddleray.services.exporter.models import ModelRegistry
+from support.exporter import ready_version
 
 pytestmark = pytest.mark.unit
 D = deployment_pb2.DeploymentState

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 from google.protobuf import field_mask_pb2
-from support_exporter import new_model, new_version
 
 from paddleray.exporter.v1 import model_pb2
 from paddleray.services.common import errors
 from paddleray.services.exporter.models import ModelRegistry
+from support.exporter import new_model, new_version
 
 pytestmark = pytest.mark.unit
 S = model_pb2.ModelVersionState

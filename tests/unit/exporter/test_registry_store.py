@@ -4,10 +4,10 @@ the delete guards (served, exporting) and listing, asserting on the keys each ca
 from __future__ import annotations
 
 import pytest
-from support_exporter import new_model, new_version
 
 from paddleray.exporter.v1 import model_pb2
 from paddleray.services.exporter import keys
+from support.exporter import new_model, new_version
 
 pytestmark = pytest.mark.unit
 S = model_pb2.ModelVersionState

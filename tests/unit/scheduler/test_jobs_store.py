@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
@@ -15,6 +14,7 @@ from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.jobs import IllegalTransition
 from paddleray.services.scheduler.resources import Amounts
 from paddleray.services.scheduler.store import Claim
+from support.scheduler import make_job
 
 pytestmark = pytest.mark.unit
 J = job_pb2.JobState

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf import duration_pb2
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common.errors import InvalidArgument
 from paddleray.services.scheduler.validation import validate_create, validate_job
+from support.scheduler import make_job
 
 pytestmark = pytest.mark.unit
 SPEC = "job.spec"

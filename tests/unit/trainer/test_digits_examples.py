@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from stand_in_context import StandInContext
 
 from paddleray.services.trainer.examples import digits_cnn, digits_mlp, loop
 from paddleray.services.trainer.examples.config import TrainConfig
+from support.stand_in_context import StandInContext
 
 pytestmark = pytest.mark.unit
 

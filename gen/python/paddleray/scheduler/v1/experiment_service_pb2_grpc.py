@@ -86,7 +86,8 @@ class ExperimentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListExperiments(self, request, context):
-        """Lists experiments, newest first. Errors: INVALID_ARGUMENT for a bad page_size or token.
+        """Lists experiments, newest first. Errors: INVALID_ARGUMENT for a negative
+        page_size, or a page_token not from a previous response with the same filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

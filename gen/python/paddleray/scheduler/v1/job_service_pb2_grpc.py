@@ -100,7 +100,8 @@ class JobServiceServicer:
 
     def ListJobs(self, request, context):
         """Lists jobs, newest first, filtered. Pages stay stable while jobs are created.
-        Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter.
+        Errors: INVALID_ARGUMENT for a negative page_size, a bad filter, or a page_token not from a
+        previous response with the same filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -88,14 +88,15 @@ class TrainerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRun(self, request, context):
-        """Returns one run. Errors: NOT_FOUND.
+        """Returns one run. Errors: INVALID_ARGUMENT for a name not of the form "runs/{run_id}"; NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListRuns(self, request, context):
-        """Lists runs, newest first. Errors: INVALID_ARGUMENT for a bad page_size or token.
+        """Lists runs, newest first. Errors: INVALID_ARGUMENT for a negative
+        page_size, or a page_token not from a previous response with the same filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

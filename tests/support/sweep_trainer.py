@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 
 from google.protobuf import json_format
-from support_fake_trainer import TERMINAL, FakeRun, FakeTrainer
 
 from paddleray.common.v1 import common_pb2
 from paddleray.trainer.v1 import run_pb2
+from support.fake_trainer import TERMINAL, FakeRun, FakeTrainer
 
 R = run_pb2.RunState
 

@@ -20,7 +20,7 @@ from paddleray.services.localstack.health import serving
 from paddleray.services.trainer.checkpoints import CheckpointStore
 from support import free_port, wait_until
 
-WORKERS = Path(__file__).parent / "integration" / "exporter" / "workers"
+WORKERS = Path(__file__).parent.parent / "integration" / "exporter" / "workers"
 BUILDERS = "exporter_test_builders"
 EXAMPLES = "paddleray.services.trainer.examples"
 TERMINAL = {model_pb2.MODEL_VERSION_STATE_READY, model_pb2.MODEL_VERSION_STATE_VALIDATION_FAILED,
