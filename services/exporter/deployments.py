@@ -108,7 +108,7 @@ class DeploymentManager:
             self._raise_failure(result, merged, found)
             self.on_change()
             return merged
-        raise errors.Unavailable(f"{deployment.name} kept changing; retry")
+        raise errors.Aborted(f"{deployment.name} kept changing; retry")
 
     async def delete(self, name: str) -> deployment_pb2.Deployment:
         for _ in range(5):
@@ -121,7 +121,7 @@ class DeploymentManager:
             if await self.store.write_status(record, deleting) is not None:
                 self.on_change()
                 return deleting
-        raise errors.Unavailable(f"{name} kept changing; retry")
+        raise errors.Aborted(f"{name} kept changing; retry")
 
     async def _record(self, name: str, field: str = "name") -> DeploymentRecord:
         deployment_id = names.DEPLOYMENT.parse_one(name, field)
@@ -165,4 +165,4 @@ class DeploymentManager:
             raise errors.FailedPrecondition(f"{where} is no longer READY")
         if result.status == "missing":
             raise errors.NotFound(f"{desired.name} does not exist")
-        raise errors.Unavailable(f"{desired.name} changed meanwhile; retry")
+        raise errors.Aborted(f"{desired.name} changed meanwhile; retry")

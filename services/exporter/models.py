@@ -64,7 +64,7 @@ class ModelRegistry:
             changed.update_time.FromNanoseconds(time.time_ns())
             if await self.store.update_model(record, changed) is not None:
                 return changed
-        raise errors.Unavailable(f"{model.name} kept changing; retry")
+        raise errors.Aborted(f"{model.name} kept changing; retry")
 
     async def delete_model(self, name: str) -> None:
         model_id = names.MODEL.parse_one(name)
