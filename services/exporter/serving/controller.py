@@ -92,8 +92,7 @@ class ServingController:
         apps = self._details().get("applications") or {}
         if sc.INGRESS_APP in apps:
             return
-        kept = {name: a["deployed_app_config"] for name, a in apps.items() if name.startswith(sc.MODEL_APP_PREFIX)}
-        self._deploy_sync(kept, {}, 0)
+        self._deploy_sync(_model_apps(apps), {}, 0)
 
     async def stop(self, shutdown_serve: bool = False) -> None:
         """Detaches; Serve keeps serving (a restarted exporter attaches again) unless shutdown_serve."""
@@ -122,7 +121,7 @@ class ServingController:
                         version, artifacts[model.serving_name, version.version], app["name"]
                     )
             details = (await asyncio.to_thread(self._details)).get("applications") or {}
-            current_apps = {n: a["deployed_app_config"] for n, a in details.items() if n.startswith(sc.MODEL_APP_PREFIX)}
+            current_apps = _model_apps(details)
             running = {n for n, a in details.items() if _value(a.get("status")) == "RUNNING"}
             table, generation = sc.ingress_table((details.get(sc.INGRESS_APP) or {}).get("deployed_app_config"))
 
@@ -237,6 +236,15 @@ class ServingController:
             agreeing = agreeing + 1 if seen == generation else 0
             if seen != generation:
                 await asyncio.sleep(_POLL_S)
+
+
+def _model_apps(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Deployed configs of the model apps, by name; apps being deleted have none and are left out."""
+    return {
+        name: app["deployed_app_config"]
+        for name, app in details.items()
+        if name.startswith(sc.MODEL_APP_PREFIX) and app.get("deployed_app_config") and _value(app.get("status")) != "DELETING"
+    }
 
 
 def _value(status: Any) -> str:
