@@ -64,3 +64,17 @@ def test_unknown_backend(mlp_artifact):
 
     with pytest.raises(FailedPrecondition, match="onnx model"):
         load_predictor(load_artifact(mlp_artifact[0]), "onnx", PredictorOptions())
+
+
+def test_onnx_runtime_matches_the_dynamic_model(tmp_path):
+    from serving_support import export_model
+
+    directory, model = export_model(tmp_path / "v1", "mlp", onnx=True)
+    artifact = load_artifact(directory)
+    assert artifact.has_backend("onnx")
+    predictor = load_predictor(artifact, "onnx", PredictorOptions())
+    for batch in (1, 9):
+        x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+        np.testing.assert_allclose(
+            predictor.predict({"x": x})["fetch_name_0"], dynamic_forward(model, x)[0], rtol=1e-5, atol=1e-5
+        )
