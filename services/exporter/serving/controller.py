@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paddleray.services.common.errors import FailedPrecondition, Unavailable
-from paddleray.services.exporter.serving import metrics
 from paddleray.services.exporter.serving import serve_config as sc
 from paddleray.services.exporter.serving.artifact import load_artifact
 from paddleray.services.exporter.serving.ingress import SERVICER
@@ -171,9 +170,6 @@ class ServingController:
                 weight=float(route["weight"]) if serving else 0.0,
                 message=self._failures.get((model, version)) or str(app.get("message") or deployment.get("message") or ""),
             )
-        for model, versions in found.items():
-            for version, status in versions.versions.items():
-                metrics.set_replicas(model, version, status.running_replicas)
         return found
 
     def _details(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ SERVER_NAME = "paddleray"
 SERVER_VERSION = "0.1.0"
 # Runner: inputs by name -> outputs by name (all of the version's outputs).
 Runner = Callable[[dict[str, np.ndarray]], Awaitable[Mapping[str, np.ndarray]]]
+# Observer: (model, version, status code name, seconds) of each inference; "" for unknown ones.
+Observer = Callable[[str, str, str, float], None]
 
 
 class PredictorFailed(DomainError):
@@ -73,11 +76,14 @@ class RoutedModel:
 
 
 class DataPlane:
-    def __init__(self, timeout_s: float = 30.0, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, timeout_s: float = 30.0, rng: random.Random | None = None, observe: Observer | None = None
+    ) -> None:
         self._models: Mapping[str, RoutedModel] = {}
         self._ready = False
         self._timeout_s = timeout_s
         self._rng = rng or random.Random()
+        self._observe = observe
 
     def swap(self, models: Mapping[str, RoutedModel]) -> None:
         """Replaces the routing table at once: a request sees the old table or the new one."""
@@ -115,8 +121,25 @@ class DataPlane:
     def route(self, request: pb.ModelInferRequest) -> RoutedVersion:
         return self._model(request.model_name).pick(request.model_version, self._rng)
 
-    async def model_infer(self, request: pb.ModelInferRequest, routed: RoutedVersion | None = None) -> pb.ModelInferResponse:
-        routed = routed or self.route(request)
+    async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        """Every call, unary or streamed, is reported to the observer (model, version, code, seconds)."""
+        started = time.perf_counter()
+        model, version, code = "", "", "OK"
+        try:
+            routed = self.route(request)
+            model, version = request.model_name, routed.version
+            return await self._infer(request, routed)
+        except DomainError as exc:
+            code = exc.code.name
+            raise
+        except BaseException:
+            code = "INTERNAL"
+            raise
+        finally:
+            if self._observe is not None:
+                self._observe(model, version, code, time.perf_counter() - started)
+
+    async def _infer(self, request: pb.ModelInferRequest, routed: RoutedVersion) -> pb.ModelInferResponse:
         inputs = codec.decode_inputs(request, routed.signature)
         names = codec.requested_outputs(request, routed.signature)
         try:

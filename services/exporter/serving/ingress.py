@@ -9,7 +9,6 @@ records the request metrics. The proxy calls the method named after the RPC.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,7 +64,7 @@ def build_routes(table: dict[str, Any], runner_for: Callable[[str], Any] = handl
 @serve.deployment(name=INGRESS_DEPLOYMENT)
 class InferenceIngress:
     def __init__(self, timeout_s: float = 30.0) -> None:
-        self._plane = DataPlane(timeout_s=timeout_s)
+        self._plane = DataPlane(timeout_s=timeout_s, observe=metrics.record_request)
         self._generation = -1
 
     def reconfigure(self, config: dict[str, Any]) -> None:
@@ -98,21 +97,13 @@ class InferenceIngress:
         return _unary(self._plane.model_metadata, request, grpc_context, pb.ModelMetadataResponse)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, grpc_context) -> pb.ModelInferResponse:
-        started = time.perf_counter()
-        model, version, code = "", "", grpc.StatusCode.OK
         try:
-            routed = self._plane.route(request)
-            model, version = request.model_name, routed.version
-            return await self._plane.model_infer(request, routed)
+            return await self._plane.model_infer(request)
         except DomainError as exc:
-            code = exc.code
             _fail(grpc_context, exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - anything else is ours: a short INTERNAL, logged in full
-            code = grpc.StatusCode.INTERNAL
             logger.exception("ModelInfer failed")
-            _fail(grpc_context, code, f"internal error: {describe(exc)}")
-        finally:
-            metrics.record_request(model, version, code.name, time.perf_counter() - started)
+            _fail(grpc_context, grpc.StatusCode.INTERNAL, f"internal error: {describe(exc)}")
         return pb.ModelInferResponse()
 
     async def ModelStreamInfer(self, request_stream: gRPCInputStream):

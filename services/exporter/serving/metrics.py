@@ -1,7 +1,7 @@
 """Prometheus metrics of the serving layer, per model and version.
 
-Recorded with Ray's metrics API inside the Serve replicas (and in the exporter, a Ray driver,
-for the replica gauge), so Ray's per-node metrics agent exports them: on the agent's port
+Recorded with Ray's metrics API (ray.serve.metrics) inside the Serve replicas, so Ray's
+per-node metrics agent exports them: on the agent's port
 (`ray start --metrics-export-port`) every name gets Ray's `ray_` prefix, e.g.
 `ray_paddleray_inference_requests_total`. The Prometheus scrape job of the Ray nodes strips
 that prefix for our names (metric_relabel_configs in docs/serving.md), so dashboards see:
@@ -9,7 +9,8 @@ that prefix for our names (metric_relabel_configs in docs/serving.md), so dashbo
     paddleray_inference_requests_total{model,version,code}
     paddleray_inference_latency_seconds{model,version}   (histogram)
     paddleray_inference_batch_size{model,version}        (histogram)
-    paddleray_serving_replicas{model,version}            (gauge)
+    paddleray_serving_replicas{model,version}            (gauge: 1 per live replica, so
+                                                          sum by (model, version) counts them)
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ def _batch_size():
 
 @cache
 def _replicas():
-    from ray.util.metrics import Gauge
+    from ray.serve.metrics import Gauge
 
-    return Gauge(REPLICAS, "Running replicas of a served model version.", _TAGS)
+    return Gauge(REPLICAS, "1 per running replica of a served model version (sum to count them).", _TAGS)
 
 
 def record_request(model: str, version: str, code: str, seconds: float) -> None:
@@ -58,8 +59,9 @@ def record_request(model: str, version: str, code: str, seconds: float) -> None:
     _latency().observe(seconds, {"model": model, "version": version})
 
 
-def set_replicas(model: str, version: str, running: int) -> None:
-    _replicas().set(running, {"model": model, "version": version})
+def replica_up(model: str, version: str) -> None:
+    """Called once by each model replica when it is ready; its series goes when the replica does."""
+    _replicas().set(1, {"model": model, "version": version})
 
 
 class _BatchSize:

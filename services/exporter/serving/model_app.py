@@ -36,6 +36,7 @@ class ModelServer:
         self._max_batch_size = 1
         self._batch_size = metrics.batch_size_histogram(model, version)
         self._warm_up()
+        metrics.replica_up(model, version)
 
     def _warm_up(self) -> None:
         """One call before the replica reports ready, so no client pays the first-run cost."""

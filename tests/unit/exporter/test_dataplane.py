@@ -130,3 +130,19 @@ async def test_stream_answers_each_request_in_order_errors_inline(plane):
     answers = [a async for a in plane.model_stream_infer(stream())]
     assert [a.infer_response.id for a in answers] == ["0", "1", "bad", "2", "3", "4"]
     assert answers[2].error_message.startswith("NOT_FOUND") and not answers[3].error_message
+
+
+async def test_every_inference_is_observed_with_its_code(mlp_artifact):
+    seen = []
+    plane = DataPlane(observe=lambda model, version, code, seconds: seen.append((model, version, code)))
+    plane.swap({"mlp": RoutedModel("mlp", {"1": _local(mlp_artifact[0])})})
+    await plane.model_infer(codec.encode_request("mlp", {"x": np.zeros((2, 64), np.float32)}))
+    for bad in (codec.encode_request("mlp", {"x": np.zeros((2, 3), np.float32)}), codec.encode_request("zz", {})):
+        with pytest.raises(DomainError):
+            await plane.model_infer(bad)
+
+    async def stream():
+        yield codec.encode_request("mlp", {"x": np.zeros((1, 64), np.float32)})
+
+    _ = [a async for a in plane.model_stream_infer(stream())]
+    assert seen == [("mlp", "1", "OK"), ("mlp", "1", "INVALID_ARGUMENT"), ("", "", "NOT_FOUND"), ("mlp", "1", "OK")]
