@@ -1,12 +1,13 @@
-"""The Serve deployment of one model version: a predictor, optionally behind @serve.batch.
+"""The Serve deployment of one model version: a predictor answering one request or a batch.
 
 Its application is built from the declarative config (serve_config.model_app) by `build`.
-Batching settings arrive as user_config, so changing them reconfigures the replica in place.
+Dynamic batching happens in the ingress, before the handle hop: a hop costs several ms of CPU
+per call on this stack (SERVING_FACTS.md §5), far more than small models compute, so one hop
+per batch instead of per request is what lets batching pay.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
@@ -33,7 +34,6 @@ class ModelServer:
             os.environ.update(replica_gpu_env(num_gpus, ray.get_gpu_ids()))
         self._artifact = load_artifact(artifact_dir)
         self._predictor = load_predictor(self._artifact, backend, PredictorOptions(**predictor))
-        self._max_batch_size = 1
         self._batch_size = metrics.batch_size_histogram(model, version)
         self._warm_up()
         metrics.replica_up(model, version)
@@ -46,29 +46,18 @@ class ModelServer:
                 {t.name: np.zeros(tuple(1 if d == -1 else d for d in t.shape), NUMPY_DTYPES[t.datatype]) for t in specs}
             )
 
-    def reconfigure(self, config: dict[str, Any]) -> None:
-        self._max_batch_size = int(config.get("max_batch_size", 1))
-        self._batched.set_max_batch_size(max(self._max_batch_size, 1))
-        self._batched.set_batch_wait_timeout_s(float(config.get("batch_wait_timeout_s", 0.0)))
+    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._batch_size.observe(rows(inputs) or 1)
+        return self._predictor.predict(inputs)
 
-    async def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        n = rows(inputs)
-        if self._max_batch_size <= 1 or n is None or n >= self._max_batch_size:
-            self._batch_size.observe(n or 1)
-            return self._predictor.predict(inputs)
-        return await self._batched(inputs)
-
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=lambda items: sum(rows(i) or 1 for i in items))
-    async def _batched(self, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    def infer_many(self, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """A batch the ingress collected (ingress.py): one predictor call for all its rows."""
         merged, sizes = merge(requests)
         if merged is None:
             # Inputs whose non-batch dims differ cannot be stacked: run them one by one.
-            self._batch_size.observe(1)
-            return [self._predictor.predict(r) for r in requests]
+            return [self.infer(r) for r in requests]
         self._batch_size.observe(sum(sizes))
-        # Off the event loop, so the next batch fills while this one computes.
-        outputs = await asyncio.to_thread(self._predictor.predict, merged)
-        return split(outputs, sizes)
+        return split(self._predictor.predict(merged), sizes)
 
 
 def build(args: dict[str, Any]):

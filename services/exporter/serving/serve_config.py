@@ -47,12 +47,7 @@ def model_app(model: ServedModel, version: ServedVersion, artifact: Artifact) ->
     deployment: dict[str, Any] = {
         "name": MODEL_DEPLOYMENT,
         "ray_actor_options": actor_options,
-        # A batch must fit among the requests a replica holds, or it never fills.
-        "max_ongoing_requests": max(version.max_ongoing_requests, version.batching.max_batch_size),
-        "user_config": {
-            "max_batch_size": version.batching.max_batch_size,
-            "batch_wait_timeout_s": version.batching.batch_wait_timeout_s,
-        },
+        "max_ongoing_requests": version.max_ongoing_requests,
     }
     if version.autoscaling is None:
         deployment["num_replicas"] = version.num_replicas
@@ -81,6 +76,9 @@ def route_entry(version: ServedVersion, artifact: Artifact, app_name: str) -> di
         "app": app_name,
         "platform": PLATFORMS[version.backend],
         "signature": artifact.signature.to_dict(),
+        # The ingress batches (model_app.py says why), so batching changes reconfigure it in place.
+        "max_batch_size": version.batching.max_batch_size,
+        "batch_wait_timeout_s": version.batching.batch_wait_timeout_s,
     }
 
 

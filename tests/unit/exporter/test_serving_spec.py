@@ -62,7 +62,7 @@ def test_app_names_change_with_what_needs_new_replicas_only(mlp_artifact):
         assert sc.model_app(model, _v(**change), artifact)["name"] != base["name"]
     scaled = sc.model_app(model, _v(autoscaling=Autoscaling(1, 4, 8), batching=Batching(128)), artifact)["deployments"][0]
     assert scaled["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in scaled
-    assert scaled["max_ongoing_requests"] == 128
+    assert scaled["max_ongoing_requests"] == 64
     assert scaled["ray_actor_options"] == {"num_cpus": 1.0, "num_gpus": 0.0}
     assert sc.model_app(model, _v(num_gpus=0.25, memory=2**30), artifact)["deployments"][0]["ray_actor_options"] == {
         "num_cpus": 1.0, "num_gpus": 0.25, "memory": 2**30,
