@@ -1,7 +1,8 @@
 """The serving benchmark's models, exported as the exporter does (to_static + jit.save + manifest).
 
 mlp: the digits MLP's architecture (64-64-10), where serving overhead dwarfs compute.
-wide: 64-1024-(1024x4)-10, whose single request computes for several ms (the batching case).
+wide: 64-2048-(2048x2)-10, whose single request computes for tens of ms with oneDNN (the
+batching case: 32 rows cost ~3x one row, measured 35 ms vs 111 ms under load).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ def build(kind: str):
     import paddle
 
     paddle.seed(0)
-    width, depth = {"mlp": (64, 0), "wide": (1024, 4)}[kind]
+    width, depth = {"mlp": (64, 0), "wide": (2048, 2)}[kind]
     layers = [paddle.nn.Linear(64, width), paddle.nn.ReLU()]
     for _ in range(depth):
         layers += [paddle.nn.Linear(width, width), paddle.nn.ReLU()]
