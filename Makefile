@@ -48,7 +48,7 @@ lint: $(STAMP) ## ruff, mypy over services/, buf lint, and buf breaking against 
 # The stock tritonclient pins protobuf < 7, so the serving tests run it from a venv of its own
 # (they create it on first use too).
 triton-venv: setup ## .venv-triton with tritonclient[grpc] for the stock-client tests
-	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests'); import triton_support; triton_support.triton_python()"
+	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests'); from support.triton import triton_python; triton_python()"
 
 bench: setup ## every benchmark, quick; results in bench/results, report in bench/REPORT.md
 	$(BIN)/python -m bench all --quick

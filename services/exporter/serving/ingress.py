@@ -77,7 +77,6 @@ def build_routes(table: dict[str, Any], runner_for: Callable[[dict[str, Any]], A
     }
 
 
-@serve.deployment(name=INGRESS_DEPLOYMENT)
 class InferenceIngress:
     def __init__(self, timeout_s: float = 30.0) -> None:
         self._plane = DataPlane(timeout_s=timeout_s, observe=metrics.record_request)
@@ -154,4 +153,5 @@ def _fail(grpc_context, code: grpc.StatusCode, details: str) -> None:
 
 
 def build(args: dict[str, Any]):
-    return InferenceIngress.bind(**args)
+    # Wrapped here rather than decorated: mypy keeps a decorated class's own type, without .bind.
+    return serve.deployment(InferenceIngress, name=INGRESS_DEPLOYMENT).bind(**args)

@@ -24,7 +24,6 @@ from paddleray.services.exporter.serving.serve_config import MODEL_DEPLOYMENT
 from paddleray.services.exporter.serving.spec import PredictorOptions
 
 
-@serve.deployment(name=MODEL_DEPLOYMENT)
 class ModelServer:
     def __init__(self, artifact_dir: str, backend: str, predictor: dict, num_gpus: float, model: str, version: str):
         if num_gpus > 0:
@@ -61,4 +60,5 @@ class ModelServer:
 
 
 def build(args: dict[str, Any]):
-    return ModelServer.bind(**args)
+    # Wrapped here rather than decorated: mypy keeps a decorated class's own type, without .bind.
+    return serve.deployment(ModelServer, name=MODEL_DEPLOYMENT).bind(**args)

@@ -6,11 +6,11 @@ import asyncio
 
 import grpc
 import pytest
-from serving_support import export_model
 
 from paddleray.inference.v2 import grpc_service_pb2_grpc
 from paddleray.services.exporter.serving.controller import ServingController
 from paddleray.services.localstack.ports import free_port
+from support.serving import export_model
 
 
 @pytest.fixture(scope="session")

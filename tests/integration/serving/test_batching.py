@@ -7,10 +7,10 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from serving_support import dynamic_forward
 
 from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.serving.spec import Autoscaling, Batching, ServedModel, ServedVersion
+from support.serving import dynamic_forward
 
 
 def test_batched_requests_get_their_own_rows(controller, stub, artifacts):

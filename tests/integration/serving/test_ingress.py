@@ -8,11 +8,11 @@ import asyncio
 import grpc
 import numpy as np
 import pytest
-from serving_support import dynamic_forward
 
 from paddleray.inference.v2 import grpc_service_pb2 as pb
 from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from support.serving import dynamic_forward
 
 CPU = 0.1  # replicas reserve little so several fit on the 2-CPU test head
 

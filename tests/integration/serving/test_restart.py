@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from serving_support import export_model
+
+from support.serving import export_model
 
 SCRIPT = Path(__file__).with_name("restart_script.py")
 ROOT = Path(__file__).resolve().parents[3]

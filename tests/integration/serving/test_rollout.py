@@ -8,11 +8,11 @@ from collections import Counter
 
 import grpc
 import numpy as np
-from serving_support import dynamic_forward
 
 from paddleray.inference.v2 import grpc_service_pb2_grpc
 from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from support.serving import dynamic_forward
 
 CPU = 0.1
 X = np.random.default_rng(5).standard_normal((1, 64)).astype(np.float32)

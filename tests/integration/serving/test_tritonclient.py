@@ -9,10 +9,10 @@ import subprocess
 
 import numpy as np
 import pytest
-from serving_support import dynamic_forward
-from triton_support import CLIENT_SCRIPT, triton_python
 
 from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from support.serving import dynamic_forward
+from support.triton import CLIENT_SCRIPT, triton_python
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import redis.asyncio as aioredis
-from serving_support import export_model
 
 from paddleray.services.exporter.deployment_store import DeploymentStore
 from paddleray.services.exporter.store import RegistryStore
+from support.serving import export_model
 
 
 @pytest.fixture

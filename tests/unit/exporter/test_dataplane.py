@@ -8,7 +8,6 @@ import random
 import grpc
 import numpy as np
 import pytest
-from serving_support import dynamic_forward
 
 from paddleray.inference.v2 import grpc_service_pb2 as pb
 from paddleray.services.common.errors import DomainError, InvalidArgument, NotFound
@@ -17,6 +16,7 @@ from paddleray.services.exporter.serving.artifact import load_artifact
 from paddleray.services.exporter.serving.dataplane import DataPlane, RoutedModel, RoutedVersion
 from paddleray.services.exporter.serving.predictor import load_predictor
 from paddleray.services.exporter.serving.spec import PredictorOptions
+from support.serving import dynamic_forward
 
 
 def _local(directory, version="1", weight=1.0):

@@ -4,11 +4,11 @@ import threading
 
 import numpy as np
 import pytest
-from serving_support import dynamic_forward
 
 from paddleray.services.exporter.serving.artifact import load_artifact
 from paddleray.services.exporter.serving.predictor import PaddlePredictor, load_predictor
 from paddleray.services.exporter.serving.spec import PredictorOptions
+from support.serving import dynamic_forward
 
 
 @pytest.mark.parametrize("mkldnn", [False, True])
@@ -67,7 +67,7 @@ def test_unknown_backend(mlp_artifact):
 
 
 def test_onnx_runtime_matches_the_dynamic_model(tmp_path):
-    from serving_support import export_model
+    from support.serving import export_model
 
     directory, model = export_model(tmp_path / "v1", "mlp", onnx=True)
     artifact = load_artifact(directory)

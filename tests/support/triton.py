@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLIENT_SCRIPT = ROOT / "tests" / "integration" / "serving" / "triton_client_script.py"
 VENV = ROOT / ".venv-triton"
 REQUIREMENTS = ["tritonclient[grpc]==2.73.0", "numpy"]
