@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 EXTRAS := cpu,onnx,test,bench,dev
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup protos protos-check lint bench up down status clean
+.PHONY: demo test setup protos protos-check lint bench up down status clean triton-venv
 
 demo: setup ## the main job: the full local demo (Redis, Ray, the three services)
 	$(BIN)/paddleray demo
@@ -44,6 +44,11 @@ lint: $(STAMP) ## ruff, mypy over services/, buf lint, and buf breaking against 
 	cd protos && ../$(BIN)/buf lint
 	@if git rev-parse --verify -q main >/dev/null && git cat-file -e main:protos/buf.yaml 2>/dev/null; then \
 	  cd protos && ../$(BIN)/buf breaking --against '../.git#branch=main,subdir=protos'; fi
+
+# The stock tritonclient pins protobuf < 7, so the serving tests run it from a venv of its own
+# (they create it on first use too).
+triton-venv: setup ## .venv-triton with tritonclient[grpc] for the stock-client tests
+	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests'); from support.triton import triton_python; triton_python()"
 
 bench: setup ## every benchmark, quick; results in bench/results, report in bench/REPORT.md
 	$(BIN)/python -m bench all --quick

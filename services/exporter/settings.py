@@ -22,6 +22,12 @@ class ExporterSettings(ServiceSettings):
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the model registry.")
     ray_address: str = Field("auto", description="Ray cluster that runs exports and Ray Serve.")
 
+    # Serving (services/exporter/serving): Ray Serve's proxies. The gRPC proxy (the v2 inference
+    # API) binds every interface on this port (Serve has no host option for it); HTTP binds host.
+    serving_grpc_port: int = Field(9000, description="Port of Ray Serve's gRPC proxy (Open Inference Protocol v2).")
+    serving_http_host: str = Field("127.0.0.1", description="Host Ray Serve's HTTP proxy binds (Serve always starts it).")
+    serving_http_port: int = Field(8000, description="Port of Ray Serve's HTTP proxy.")
+
     # -- export, registry and deployments ----------------------------------------------------
     scheduler_address: str = Field(
         "127.0.0.1:50051", description="host:port of the scheduler, read for exports from a job; empty disables them."

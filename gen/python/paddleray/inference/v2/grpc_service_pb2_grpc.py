@@ -65,6 +65,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStreamInfer = channel.stream_stream(
+                '/inference.GRPCInferenceService/ModelStreamInfer',
+                request_serializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
@@ -114,6 +119,14 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStreamInfer(self, request_iterator, context):
+        """Runs a stream of inference requests on one call, answering each in order. A request
+        that fails gets a response with error_message set; the stream goes on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +159,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferRequest.FromString,
                     response_serializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.ModelStreamInfer,
+                    request_deserializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferRequest.FromString,
+                    response_serializer=paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelStreamInferResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +329,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelInfer',
             paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
             paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStreamInfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/inference.GRPCInferenceService/ModelStreamInfer',
+            paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+            paddleray_dot_inference_dot_v2_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
             options,
             channel_credentials,
             insecure,

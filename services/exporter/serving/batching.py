@@ -1,0 +1,39 @@
+"""Stacking concurrent requests into one batch along dimension 0, and splitting the outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+def rows(inputs: Mapping[str, np.ndarray]) -> int | None:
+    """The batch dimension shared by every input, or None when they disagree (or are scalars)."""
+    sizes = {a.shape[0] if a.ndim else None for a in inputs.values()}
+    if len(sizes) != 1:
+        return None
+    return sizes.pop()
+
+
+def merge(requests: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
+    """The requests stacked along dim 0 and each one's row count; None when they cannot stack."""
+    sizes = [rows(r) for r in requests]
+    if any(s is None for s in sizes):
+        return None, []
+    names = list(requests[0])
+    for r in requests[1:]:
+        if list(r) != names:
+            return None, []
+    merged = {}
+    for name in names:
+        parts = [r[name] for r in requests]
+        if len({(p.dtype, p.shape[1:]) for p in parts}) != 1:
+            return None, []
+        merged[name] = np.concatenate(parts, axis=0)
+    return merged, [int(s) for s in sizes]
+
+
+def split(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> list[dict[str, np.ndarray]]:
+    """Each request's share of the batched outputs, in order."""
+    bounds = np.cumsum([0, *sizes])
+    return [{name: out[bounds[i] : bounds[i + 1]] for name, out in outputs.items()} for i in range(len(sizes))]

@@ -1,0 +1,157 @@
+"""The one inference ingress on Ray Serve's gRPC proxy: all of inference.GRPCInferenceService.
+
+A thin shell around DataPlane: it turns the routing table (its user_config, written by the
+controller) into handles on the per-version model apps, maps domain errors to gRPC status
+codes (an unmapped exception would reach the client as INTERNAL with a 2 KB traceback), and
+records the request metrics. The proxy calls the method named after the RPC.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from ray import serve
+from ray.serve.grpc_util import gRPCInputStream
+
+from paddleray.inference.v2 import grpc_service_pb2 as pb
+from paddleray.services.common.errors import DomainError, Unavailable
+from paddleray.services.exporter.serving import metrics
+from paddleray.services.exporter.serving.artifact import Signature
+from paddleray.services.exporter.serving.batching import rows
+from paddleray.services.exporter.serving.dataplane import DataPlane, RoutedModel, RoutedVersion, describe
+from paddleray.services.exporter.serving.serve_config import INGRESS_DEPLOYMENT, MODEL_DEPLOYMENT
+
+logger = logging.getLogger(__name__)
+SERVICER = "paddleray.inference.v2.grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server"
+
+
+def handle_runner(app_name: str, max_batch_size: int = 1, batch_wait_timeout_s: float = 0.0):
+    """Calls the version's model app; with batching, concurrent requests share one call."""
+    handle = serve.get_deployment_handle(MODEL_DEPLOYMENT, app_name, _check_exists=False, _record_telemetry=False)
+
+    async def one(inputs):
+        return await handle.infer.remote(inputs)
+
+    @serve.batch(
+        max_batch_size=max(max_batch_size, 1),
+        batch_wait_timeout_s=batch_wait_timeout_s,
+        batch_size_fn=lambda items: sum(rows(i) or 1 for i in items),
+    )
+    async def many(requests):
+        return await handle.infer_many.remote(requests)
+
+    async def run(inputs):
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+        from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+        n = rows(inputs)
+        try:
+            if max_batch_size <= 1 or n is None or n >= max_batch_size:
+                return await one(inputs)
+            return await many(inputs)
+        except (ActorDiedError, ActorUnavailableError, BackPressureError, DeploymentUnavailableError) as exc:
+            raise Unavailable(f"the model replica is unavailable: {describe(exc)}") from None
+
+    return run
+
+
+def build_routes(table: dict[str, Any], runner_for: Callable[[dict[str, Any]], Any]) -> dict[str, RoutedModel]:
+    return {
+        name: RoutedModel(
+            name,
+            {
+                version: RoutedVersion(
+                    version=version,
+                    weight=float(entry["weight"]),
+                    signature=Signature.from_dict(entry["signature"]),
+                    platform=entry["platform"],
+                    runner=runner_for(entry),
+                )
+                for version, entry in versions.items()
+            },
+        )
+        for name, versions in table.items()
+    }
+
+
+class InferenceIngress:
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self._plane = DataPlane(timeout_s=timeout_s, observe=metrics.record_request)
+        self._generation = -1
+        # Runners (and their batch queues) outlive a table that still routes to them.
+        self._runners: dict[tuple, Any] = {}
+
+    def _runner(self, entry: dict[str, Any]):
+        key = (entry["app"], int(entry.get("max_batch_size", 1)), float(entry.get("batch_wait_timeout_s", 0.0)))
+        if key not in self._runners:
+            self._runners[key] = handle_runner(*key)
+        return self._runners[key]
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        # A reconfigure that raises takes the whole app down (measured): build the new table
+        # first and keep the old one if that fails; the controller sees the generation lag.
+        try:
+            routes = build_routes(config.get("models") or {}, self._runner)
+        except Exception:
+            logger.exception("routing table of generation %s rejected; keeping %s", config.get("generation"), self._generation)
+            return
+        self._plane.swap(routes)
+        self._generation = int(config.get("generation", 0))
+        live = {id(v.runner) for m in routes.values() for v in m.versions.values()}
+        self._runners = {k: r for k, r in self._runners.items() if id(r) in live}
+
+    def generation(self) -> int:
+        return self._generation
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, grpc_context) -> pb.ServerLiveResponse:
+        return _unary(self._plane.server_live, request, grpc_context, pb.ServerLiveResponse)
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, grpc_context) -> pb.ServerReadyResponse:
+        return _unary(self._plane.server_ready, request, grpc_context, pb.ServerReadyResponse)
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, grpc_context) -> pb.ServerMetadataResponse:
+        return _unary(self._plane.server_metadata, request, grpc_context, pb.ServerMetadataResponse)
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, grpc_context) -> pb.ModelReadyResponse:
+        return _unary(self._plane.model_ready, request, grpc_context, pb.ModelReadyResponse)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, grpc_context) -> pb.ModelMetadataResponse:
+        return _unary(self._plane.model_metadata, request, grpc_context, pb.ModelMetadataResponse)
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, grpc_context) -> pb.ModelInferResponse:
+        try:
+            return await self._plane.model_infer(request)
+        except DomainError as exc:
+            _fail(grpc_context, exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - anything else is ours: a short INTERNAL, logged in full
+            logger.exception("ModelInfer failed")
+            _fail(grpc_context, grpc.StatusCode.INTERNAL, f"internal error: {describe(exc)}")
+        return pb.ModelInferResponse()
+
+    async def ModelStreamInfer(self, request_stream: gRPCInputStream):
+        async for response in self._plane.model_stream_infer(request_stream):
+            yield response
+
+
+def _unary(fn, request, grpc_context, empty):
+    try:
+        return fn(request)
+    except DomainError as exc:
+        _fail(grpc_context, exc.code, exc.message)
+    except Exception as exc:  # noqa: BLE001 - see ModelInfer
+        logger.exception("%s failed", type(request).__name__)
+        _fail(grpc_context, grpc.StatusCode.INTERNAL, f"internal error: {describe(exc)}")
+    return empty()
+
+
+def _fail(grpc_context, code: grpc.StatusCode, details: str) -> None:
+    grpc_context.set_code(code)
+    grpc_context.set_details(details)
+
+
+def build(args: dict[str, Any]):
+    # Wrapped here rather than decorated: mypy keeps a decorated class's own type, without .bind.
+    return serve.deployment(InferenceIngress, name=INGRESS_DEPLOYMENT).bind(**args)

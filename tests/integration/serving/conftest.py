@@ -1,0 +1,39 @@
+"""One Serve instance for the serving tests (Serve start is slow), on the shared Ray head."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from paddleray.inference.v2 import grpc_service_pb2_grpc
+from paddleray.services.exporter.serving.controller import ServingController
+from paddleray.services.localstack.ports import free_port
+from support.serving import export_model
+
+
+@pytest.fixture(scope="session")
+def controller(ray_cluster):
+    ctl = ServingController(grpc_port=free_port(), http_host="127.0.0.1", http_port=free_port(), deploy_timeout_s=240)
+    asyncio.run(ctl.start())
+    yield ctl
+    asyncio.run(ctl.stop(shutdown_serve=True))
+
+
+@pytest.fixture(scope="session")
+def stub(controller):
+    channel = grpc.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
+    yield grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    channel.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory):
+    """Two versions of the MLP (different weights) and the two-input model, as real exports."""
+    root = tmp_path_factory.mktemp("serving-artifacts")
+    return {
+        "mlp1": export_model(root / "mlp" / "1", "mlp", seed=1, version=1),
+        "mlp2": export_model(root / "mlp" / "2", "mlp", seed=2, version=2),
+        "two": export_model(root / "two" / "1", "two", seed=3, version=1),
+    }

@@ -1,0 +1,61 @@
+"""Run by test_restart.py in a process of its own (it needs Ray heads of its own, not the session's):
+serve, kill the Ray head, start a new one, then start() + apply() again as the exporter's
+reconcile does; prints one JSON line with what it saw."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import grpc
+import numpy as np
+import ray
+
+from paddleray.inference.v2 import grpc_service_pb2_grpc
+from paddleray.services.exporter.serving import codec
+from paddleray.services.exporter.serving.controller import ServingController
+from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from paddleray.services.localstack.ports import free_port
+from paddleray.services.localstack.ray_head import RayHead
+
+
+def infer(port: int) -> list[float]:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        response = stub.ModelInfer(codec.encode_request("mlp", {"x": np.ones((1, 64), np.float32)}), timeout=60)
+    return codec.decode_response(response)["fetch_name_0"].ravel().tolist()
+
+
+def main(artifact_dir: str, workdir: str) -> None:
+    models = [ServedModel("mlp", [ServedVersion("1", artifact_dir, num_cpus=0.1)])]
+    ctl = ServingController(grpc_port=free_port(), http_port=free_port(), deploy_timeout_s=240)
+    seen = {}
+    head = RayHead(num_cpus=2, log_file=Path(workdir) / "ray1.log").start()
+    ray.init(address=head.address, log_to_driver=False)
+    asyncio.run(ctl.start())
+    asyncio.run(ctl.apply(models))
+    seen["before"] = infer(ctl.grpc_port)
+    # A second controller in the same cluster (an exporter restart) attaches and changes nothing.
+    again = ServingController(grpc_port=ctl.grpc_port, http_port=ctl.http_port)
+    asyncio.run(again.start())
+    seen["after_attach"] = infer(ctl.grpc_port)
+    head.stop()
+    ray.shutdown()
+    head = RayHead(num_cpus=2, log_file=Path(workdir) / "ray2.log").start()
+    try:
+        ray.init(address=head.address, log_to_driver=False)
+        asyncio.run(ctl.start())
+        asyncio.run(ctl.apply(models))
+        seen["after_restart"] = infer(ctl.grpc_port)
+        seen["status"] = asyncio.run(ctl.status())["mlp"].versions["1"].state
+        asyncio.run(ctl.stop(shutdown_serve=True))
+    finally:
+        ray.shutdown()
+        head.stop()
+    print(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,83 @@
+"""ModelInfer and the other v2 RPCs end to end: generated stubs -> Serve's gRPC proxy -> ingress
+-> per-version model apps on the shared Ray head, with real exported Paddle models."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import numpy as np
+import pytest
+
+from paddleray.inference.v2 import grpc_service_pb2 as pb
+from paddleray.services.exporter.serving import codec
+from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from support.serving import dynamic_forward
+
+CPU = 0.1  # replicas reserve little so several fit on the 2-CPU test head
+
+
+@pytest.fixture(scope="module")
+def served(controller, artifacts):
+    models = [
+        ServedModel("mlp", [ServedVersion("1", str(artifacts["mlp1"][0]), num_cpus=CPU)]),
+        ServedModel("two", [ServedVersion("1", str(artifacts["two"][0]), num_cpus=CPU)]),
+    ]
+    asyncio.run(controller.apply(models))
+    return models
+
+
+def test_model_infer_matches_the_dynamic_model(stub, served, artifacts):
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    for raw in (True, False):
+        response = stub.ModelInfer(codec.encode_request("mlp", {"x": x}, raw=raw, request_id="a"), timeout=30)
+        assert response.model_version == "1" and response.id == "a"
+        out = codec.decode_response(response)["fetch_name_0"]
+        np.testing.assert_allclose(out, dynamic_forward(artifacts["mlp1"][1], x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_several_inputs_and_outputs(stub, served):
+    x, n = np.ones((3, 4), np.float32), np.array([[1], [2], [3]], np.int64)
+    out = codec.decode_response(stub.ModelInfer(codec.encode_request("two", {"x": x, "n": n}), timeout=30))
+    assert out["m"].dtype == np.int64 and np.array_equal(out["m"], 2 * n) and out["y"].shape == (3, 3)
+
+
+def _code(call, request) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call(request, timeout=30)
+    return info.value.code(), info.value.details()
+
+
+def test_errors_are_clear_statuses(stub, served):
+    code, details = _code(stub.ModelInfer, codec.encode_request("mlp", {"x": np.zeros((1, 3), np.float32)}))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "inputs[x].shape" in details and "[-1, 64]" in details
+    code, details = _code(stub.ModelInfer, codec.encode_request("mlp", {"x": np.zeros((1, 64), np.float64)}))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "FP64 given" in details
+    code, details = _code(stub.ModelInfer, codec.encode_request("nope", {"x": np.zeros((1, 64), np.float32)}))
+    assert code == grpc.StatusCode.NOT_FOUND and "nope" in details
+    code, _ = _code(stub.ModelInfer, codec.encode_request("mlp", {"x": np.zeros((1, 64), np.float32)}, version="7"))
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = _code(stub.ModelMetadata, pb.ModelMetadataRequest(name="nope"))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+def test_every_rpc_is_served(stub, served):
+    assert stub.ServerLive(pb.ServerLiveRequest(), timeout=30).live
+    assert stub.ServerReady(pb.ServerReadyRequest(), timeout=30).ready
+    assert stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=30).name == "paddleray"
+    assert stub.ModelReady(pb.ModelReadyRequest(name="mlp"), timeout=30).ready
+    meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="mlp"), timeout=30)
+    assert meta.versions == ["1"] and [list(t.shape) for t in meta.inputs] == [[-1, 64]]
+    x = np.zeros((1, 64), np.float32)
+    requests = [codec.encode_request("mlp", {"x": x}, request_id=str(i)) for i in range(10)]
+    requests[4] = codec.encode_request("mlp", {"x": np.zeros((1, 2), np.float32)}, request_id="4")
+    answers = list(stub.ModelStreamInfer(iter(requests), timeout=60))
+    assert [a.infer_response.id for a in answers] == [str(i) for i in range(10)]
+    assert answers[4].error_message.startswith("INVALID_ARGUMENT") and not answers[5].error_message
+
+
+def test_status_shows_live_replicas(controller, served):
+    status = asyncio.run(controller.status())
+    assert set(status) == {"mlp", "two"}
+    v1 = status["mlp"].versions["1"]
+    assert v1.state == "READY" and v1.running_replicas == 1 and v1.target_replicas == 1 and v1.serving and v1.weight == 1.0
