@@ -19,6 +19,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from paddleray.services.common.credentials import Credentials
 from paddleray.services.common.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
 from paddleray.services.common.logs import configure_logging
 from paddleray.services.common.metrics import serve_metrics
@@ -63,8 +64,9 @@ class Server:
 def create_server(settings: ServiceSettings, services: Sequence[ServiceRegistration]) -> tuple[Server, int]:
     """Builds and binds the server (not started). Returns it and the bound port."""
     interceptors: list[aio.ServerInterceptor] = [MetricsInterceptor()]
-    if settings.auth_token:
-        interceptors.append(AuthInterceptor(settings.auth_token))
+    credentials = Credentials.from_settings(settings)
+    if credentials is not None:
+        interceptors.append(AuthInterceptor(credentials))
     interceptors.append(ErrorMappingInterceptor())
     grpc_server = aio.server(interceptors=interceptors, options=_SERVER_OPTIONS)
     names = []

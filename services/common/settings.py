@@ -26,7 +26,14 @@ class ServiceSettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address the gRPC server binds to.")
     port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
-    auth_token: str = Field("", description="Bearer token required of clients; empty disables auth.")
+    auth_token: str = Field(
+        "", description="Bearer token required of clients, standing for an admin of the default tenant; "
+        "empty (and no auth_tokens_file) disables auth."
+    )
+    auth_tokens_file: Path | None = Field(
+        None, description="YAML or JSON file mapping bearer tokens to {tenant, role: admin | member | read-only} "
+        "(a mounted Secret in Kubernetes); see docs/security.md. Re-read when it changes."
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Prometheus /metrics port; unset disables it, 0 picks one."
     )
