@@ -30,8 +30,12 @@ class SchedulerApp:
         self.store = JobStore(self.redis, events_cap=settings.events_cap)
         self.packages = PackageStore(settings.storage_root, settings.package_max_bytes)
         self.inputs = JobInputs(self.packages, self.store, settings.storage_root, settings.entrypoint_allowlist)
+        client_cert = None
+        if settings.trainer_tls_cert_file is not None and settings.trainer_tls_key_file is not None:
+            client_cert = (settings.trainer_tls_cert_file, settings.trainer_tls_key_file)
         self.trainer = TrainerClient(settings.trainer_address, settings.trainer_auth_token,
-                                     settings.trainer_rpc_timeout_s)
+                                     settings.trainer_rpc_timeout_s, settings.trainer_tls_ca_file, client_cert,
+                                     settings.trainer_tls_server_name)
         queued = asyncio.Event()  # set by the job manager, waited on by the dispatcher
         self.manager = JobManager(
             self.store, settings.aging_s_per_priority, settings.stop_wait_s,

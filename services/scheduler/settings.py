@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 from pydantic_settings import SettingsConfigDict
@@ -29,7 +30,16 @@ class SchedulerSettings(ServiceSettings):
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding all scheduler state.")
     trainer_address: str = Field("127.0.0.1:50052", description="host:port of the trainer service.")
-    trainer_auth_token: str = Field("", description="Bearer token the trainer requires, if any.")
+    trainer_auth_token: str = Field(
+        "", description="The scheduler's own service credential at the trainer: a bearer token of an admin "
+        "(it starts runs in the tenant of each job), if the trainer requires tokens."
+    )
+    trainer_tls_ca_file: Path | None = Field(None, description="PEM CA that signed the trainer's certificate; "
+                                             "set to dial the trainer over TLS.")
+    trainer_tls_cert_file: Path | None = Field(None, description="Client certificate for a trainer that requires mTLS.")
+    trainer_tls_key_file: Path | None = Field(None, description="Private key of trainer_tls_cert_file.")
+    trainer_tls_server_name: str | None = Field(None, description="Name to check the trainer's certificate "
+                                                "against, when trainer_address is not one it names.")
     trainer_rpc_timeout_s: float = Field(30.0, gt=0, description="Deadline of unary calls to the trainer.")
     replica_id: str = Field(default_factory=_replica_id, description="Owner name of this replica's leases.")
     dispatch: bool = Field(True, description="Run the dispatcher; off serves the API only.")
