@@ -85,7 +85,8 @@ def _as_async_iterator(behavior: Callable[..., Any]) -> StreamBehavior:
 
 
 class ErrorMappingInterceptor(aio.ServerInterceptor):
-    """Maps DomainError to its status; anything unexpected to INTERNAL with a logged traceback.
+    """Maps DomainError to its status, registered dependency errors (errors.register_translator)
+    to theirs, and anything else to INTERNAL with a logged traceback.
 
     The client sees an incident id for INTERNAL, never the traceback itself.
     """
@@ -99,6 +100,11 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
                 await context.abort(exc.code, exc.message)
             if isinstance(exc, NotImplementedError):
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
+            translated = errors.translate(exc)
+            if translated is not None:
+                # An outage is logged once by whoever watches the dependency, not per call.
+                log.debug("%s: %s (%s)", method, translated.message, type(exc).__name__)
+                await context.abort(translated.code, translated.message)
             if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
                 # Redis down is a dependency outage the client may retry, not a bug of ours.
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")

@@ -7,7 +7,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from paddleray.services.common.entrypoints import DEFAULT_ALLOWLIST
@@ -28,7 +28,16 @@ def _replica_id() -> str:
 class SchedulerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="PADDLERAY_SCHEDULER_", extra="ignore")
 
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding all scheduler state.")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis holding all scheduler state; rediss://... for TLS. "
+        "Keep the password out of it: use redis_password."
+    )
+    redis_password: SecretStr | None = Field(None, description="Password of redis_url's server (AUTH), if it has one.")
+    redis_username: str | None = Field(None, description="ACL user of redis_password, if not 'default'.")
+    redis_tls_ca_file: Path | None = Field(None, description="PEM CA that signed a rediss:// server's certificate.")
+    store_check_interval_s: float = Field(
+        1.0, gt=0, description="How often Redis is pinged; while it does not answer, health says NOT_SERVING."
+    )
     trainer_address: str = Field("127.0.0.1:50052", description="host:port of the trainer service.")
     trainer_auth_token: str = Field(
         "", description="The scheduler's own service credential at the trainer: a bearer token of an admin "
@@ -77,3 +86,20 @@ class SchedulerSettings(ServiceSettings):
 
     def limits_for(self, tenant: str) -> TenantLimits:
         return self.tenant_limits.get(tenant, self.default_tenant_limits)
+
+    def redis_options(self) -> dict[str, str]:
+        """Keyword arguments of redis-py's from_url beyond the URL."""
+        options = {}
+        if self.redis_password is not None:
+            options["password"] = self.redis_password.get_secret_value()
+        if self.redis_username:
+            options["username"] = self.redis_username
+        if self.redis_tls_ca_file is not None:
+            options["ssl_ca_certs"] = str(self.redis_tls_ca_file)
+        return options
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> SchedulerSettings:
+        if self.redis_tls_ca_file is not None and not self.redis_url.startswith("rediss://"):
+            raise ValueError("redis_tls_ca_file needs a rediss:// redis_url (TLS)")
+        return self
