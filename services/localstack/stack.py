@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import free_port, pid_alive, stop_process, wait_until
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead, stop_ray_head
 from paddleray.services.localstack.redis_process import INSTALL_HINT, RedisProcess, redis_reachable
+from paddleray.services.trainer.settings import TrainerSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +53,12 @@ class StackState:
         return self.services[service].address
 
     def save(self) -> Path:
+        # 0600 from the first byte: a Redis URL the user gave may carry a password.
         path = state_file(Path(self.state_dir))
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(json.dumps(asdict(self), indent=2))
         tmp.replace(path)
         return path
 
@@ -77,7 +83,11 @@ def _ensure_redis_server_binary() -> None:
 
 
 def _start_redis(state_dir: Path, redis_url: str | None) -> tuple[str, int | None]:
-    if redis_url and redis_reachable(redis_url):
+    """The Redis the user named (it must answer), else one of the stack's own: never whatever
+    happens to answer at the default address (on a shared host, someone else's)."""
+    if redis_url:
+        if not redis_reachable(redis_url):
+            raise RuntimeError(f"the Redis named by REDIS_URL / --redis-url ({redact_url(redis_url)}) does not answer")
         return redis_url, None
     _ensure_redis_server_binary()
     # Durable: the scheduler's promise that nothing accepted is lost needs an fsync'd AOF.
@@ -85,11 +95,39 @@ def _start_redis(state_dir: Path, redis_url: str | None) -> tuple[str, int | Non
     return redis.url, redis.process.pid
 
 
+def redact_url(url: str) -> str:
+    """The URL without its password, to show."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
+
+
+def _auth_env(environ: dict[str, str], auth_token: str) -> dict[str, str]:
+    """Tokens, consistently: `auth_token` (if given) for every service, else what the
+    environment sets per service (never blanked); the scheduler gets a credential the trainer
+    accepts (the trainer's token, or a generated admin token added to a trainer with only a
+    token file), and the trainer's entrypoint allowlist, to refuse other entrypoints at CreateJob."""
+    env = {f"PADDLERAY_{s.upper()}_AUTH_TOKEN": auth_token for s in SERVICES} if auth_token else {}
+    trainer_token = env.get("PADDLERAY_TRAINER_AUTH_TOKEN") or environ.get("PADDLERAY_TRAINER_AUTH_TOKEN", "")
+    if not trainer_token and environ.get("PADDLERAY_TRAINER_AUTH_TOKENS_FILE"):
+        trainer_token = env["PADDLERAY_TRAINER_AUTH_TOKEN"] = secrets.token_urlsafe(32)
+    if trainer_token and not environ.get("PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"):
+        env["PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"] = trainer_token
+    if "PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST" not in environ:
+        allowlist = environ.get("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
+        env["PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST"] = allowlist or json.dumps(
+            TrainerSettings.model_fields["entrypoint_allowlist"].default_factory())
+    return env
+
+
 def _service_env(
-    service: str, state: StackState, port: int, metrics_port: int, port_file: Path, auth_token: str
+    service: str, state: StackState, port: int, metrics_port: int, port_file: Path, auth: dict[str, str]
 ) -> dict[str, str]:
     prefix = f"PADDLERAY_{service.upper()}_"
-    env = {**os.environ, **AUTH_ENV, "GLOG_v": "0", "GLOG_minloglevel": "2"}
+    env = {**os.environ, **auth, **AUTH_ENV, "GLOG_v": "0", "GLOG_minloglevel": "2"}
     env.update({
         prefix + "PORT": str(port),
         prefix + "PORT_FILE": str(port_file),
@@ -97,7 +135,6 @@ def _service_env(
         prefix + "STORAGE_ROOT": state.storage_root,
         prefix + "REDIS_URL": state.redis_url,
         prefix + "RAY_ADDRESS": state.ray_address,
-        prefix + "AUTH_TOKEN": auth_token,
     })
     if service == "scheduler":
         env[prefix + "TRAINER_ADDRESS"] = state.address("trainer")
@@ -110,7 +147,7 @@ def _service_env(
     return env
 
 
-def _start_service(service: str, state: StackState, auth_token: str) -> ServiceProcess:
+def _start_service(service: str, state: StackState, auth: dict[str, str]) -> ServiceProcess:
     state_dir = Path(state.state_dir)
     port, metrics_port = free_port(), free_port()
     port_file = state_dir / f"{service}.port"
@@ -119,7 +156,7 @@ def _start_service(service: str, state: StackState, auth_token: str) -> ServiceP
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", f"paddleray.services.{service}"],
-            env=_service_env(service, state, port, metrics_port, port_file, auth_token),
+            env=_service_env(service, state, port, metrics_port, port_file, auth),
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
     return ServiceProcess(service, f"127.0.0.1:{port}", process.pid, str(log_file), f"127.0.0.1:{metrics_port}")
@@ -135,7 +172,8 @@ def up(
 ) -> StackState:
     """Starts the stack in the background and returns its state once every service serves.
 
-    With ray_address, the services use that Ray cluster instead of a head of the stack's own.
+    With redis_url, the services use that Redis (which must answer), else one of the stack's
+    own; with ray_address, that Ray cluster instead of a head of the stack's own.
     """
     existing = StackState.load(state_dir)
     if existing is not None and all(serving(p.address) for p in existing.services.values()):
@@ -144,6 +182,7 @@ def up(
         down(state_dir)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)
     url, redis_pid = _start_redis(state_dir, redis_url)
     ray_pid = None
     if ray_address is None:
@@ -154,10 +193,11 @@ def up(
         ray_pid=ray_pid, storage_root=str(state_dir / "storage"),
     )
     state.save()  # saved before the services start, so that `down` can clean up a failed `up`
+    auth = _auth_env(dict(os.environ), auth_token)
     try:
         # The scheduler needs the trainer's address, so the trainer goes first.
         for service in SERVICES:
-            state.services[service] = _start_service(service, state, auth_token)
+            state.services[service] = _start_service(service, state, auth)
             state.save()
         for process in state.services.values():
             wait_until(
