@@ -181,7 +181,8 @@ def _as_identity(handler: grpc.RpcMethodHandler | None, caller: identity.Identit
 
     def stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
         async def call(request_or_iterator: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
-            # Set, not a with-block: the context must hold across this generator's yields.
+            # Set and never reset: a generator finalised from another context could not reset it,
+            # and the call's own task (whose context this is) ends with the call.
             identity.set_current(caller)
             result = behavior(request_or_iterator, context)
             if hasattr(result, "__aiter__"):
