@@ -40,6 +40,9 @@ def describe(exc: BaseException) -> str:
 def translate(exc: BaseException) -> errors.DomainError | None:
     if isinstance(exc, _DOWN) or _auth_failure(exc):
         return errors.Unavailable(f"the scheduler's store is unavailable ({describe(exc)}); retry later")
+    if isinstance(exc, redis_errors.ReadOnlyError):
+        # A replica being promoted (Sentinel or a managed failover): writes come back shortly.
+        return errors.Unavailable("the scheduler's store is read-only during a failover; retry later")
     return None
 
 
