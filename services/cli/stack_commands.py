@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from paddleray.services.localstack import stack
-from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.redis_process import redis_reachable
 
 console = Console()
@@ -60,7 +59,7 @@ def show(state: stack.StackState) -> bool:
     table.add_row("redis", stack.redact_url(state.redis_url), "PONG" if redis_ok else "unreachable", origin)
     table.add_row("ray head", state.ray_address, "", str(Path(state.state_dir) / "ray.log"))
     for process in state.services.values():
-        ok = serving(process.address)
+        ok = state.serving(process.name)
         healthy &= ok
         table.add_row(process.name, process.address, "SERVING" if ok else "NOT SERVING", process.log_file)
     console.print(table)

@@ -48,9 +48,13 @@ class StackState:
     ray_pid: int | None
     storage_root: str
     services: dict[str, ServiceProcess] = field(default_factory=dict)
+    tls_ca: str = ""  # CA of the services' certificate when they serve TLS
 
     def address(self, service: str) -> str:
         return self.services[service].address
+
+    def serving(self, service: str) -> bool:
+        return serving(self.address(service), tls_ca=self.tls_ca or None)
 
     def save(self) -> Path:
         # 0600 from the first byte: a Redis URL the user gave may carry a password.
@@ -123,6 +127,26 @@ def _auth_env(environ: dict[str, str], auth_token: str) -> dict[str, str]:
     return env
 
 
+@dataclass(frozen=True)
+class StackTls:
+    """One certificate for every service (it must name 127.0.0.1), and the CA that signed it."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def _tls_env(tls: StackTls | None) -> dict[str, str]:
+    if tls is None:
+        return {}
+    env = {}
+    for service in SERVICES:
+        prefix = f"PADDLERAY_{service.upper()}_"
+        env[prefix + "TLS_CERT_FILE"], env[prefix + "TLS_KEY_FILE"] = str(tls.cert_file), str(tls.key_file)
+    env["PADDLERAY_SCHEDULER_TRAINER_TLS_CA_FILE"] = str(tls.ca_file)
+    return env
+
+
 def _service_env(
     service: str, state: StackState, port: int, metrics_port: int, port_file: Path, auth: dict[str, str]
 ) -> dict[str, str]:
@@ -169,14 +193,16 @@ def up(
     auth_token: str = "",
     ray_address: str | None = None,
     timeout: float = 180,
+    tls: StackTls | None = None,
 ) -> StackState:
     """Starts the stack in the background and returns its state once every service serves.
 
     With redis_url, the services use that Redis (which must answer), else one of the stack's
-    own; with ray_address, that Ray cluster instead of a head of the stack's own.
+    own; with ray_address, that Ray cluster instead of a head of the stack's own; with tls, the
+    services serve TLS (the scheduler dials the trainer, and the stack checks health, with its CA).
     """
     existing = StackState.load(state_dir)
-    if existing is not None and all(serving(p.address) for p in existing.services.values()):
+    if existing is not None and all(existing.serving(name) for name in existing.services):
         return existing
     if existing is not None:
         down(state_dir)
@@ -190,10 +216,10 @@ def up(
         ray_address, ray_pid = head.address, head.process.pid
     state = StackState(
         state_dir=str(state_dir), redis_url=url, redis_pid=redis_pid, ray_address=ray_address,
-        ray_pid=ray_pid, storage_root=str(state_dir / "storage"),
+        ray_pid=ray_pid, storage_root=str(state_dir / "storage"), tls_ca=str(tls.ca_file) if tls else "",
     )
     state.save()  # saved before the services start, so that `down` can clean up a failed `up`
-    auth = _auth_env(dict(os.environ), auth_token)
+    auth = {**_auth_env(dict(os.environ), auth_token), **_tls_env(tls)}
     try:
         # The scheduler needs the trainer's address, so the trainer goes first.
         for service in SERVICES:
@@ -201,7 +227,7 @@ def up(
             state.save()
         for process in state.services.values():
             wait_until(
-                lambda p=process: _serving_or_dead(p), timeout=timeout, interval=0.2,
+                lambda p=process: _serving_or_dead(p, state), timeout=timeout, interval=0.2,
                 message=f"{process.name} to report SERVING (log: {process.log_file})",
             )
     except BaseException:
@@ -222,10 +248,10 @@ def write_prometheus_config(state: StackState) -> Path:
     return path
 
 
-def _serving_or_dead(process: ServiceProcess) -> bool:
+def _serving_or_dead(process: ServiceProcess, state: StackState) -> bool:
     if not pid_alive(process.pid):
         raise RuntimeError(f"{process.name} exited during start-up; see {process.log_file}")
-    return serving(process.address)
+    return state.serving(process.name)
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, grace_period_s: float = 15) -> bool:

@@ -1,5 +1,5 @@
-"""The local stack with auth on: tokens reach every service consistently (a job runs to
-SUCCEEDED), secrets stay out of its files, and a Redis it is given must answer."""
+"""The local stack with auth (and TLS) on: tokens reach every service consistently (a job runs
+to SUCCEEDED), secrets stay out of its files, and a Redis it is given must answer."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from pathlib import Path
 import grpc
 import pytest
 from support_auth import ADMIN, MEMBER_A, MEMBER_B, write_token_file
+from support_tls import make_test_ca
 
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from paddleray.services.cli.jobs_commands import build_job
 from paddleray.services.common.channels import open_blocking_channel
 from paddleray.services.localstack import stack
+from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import free_port
 from paddleray.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
 
@@ -24,8 +26,8 @@ MLP = "paddleray.services.trainer.examples.digits_mlp:train"
 TOKEN = "stack-wide-admin-token-000001"
 
 
-def _run_job(address: str, token: str) -> job_pb2.Job:
-    with open_blocking_channel(address, token=token) as channel:
+def _run_job(address: str, token: str, tls_ca: Path | None = None) -> job_pb2.Job:
+    with open_blocking_channel(address, tls_ca=tls_ca, token=token) as channel:
         jobs = job_service_pb2_grpc.JobServiceStub(channel)
         created = jobs.CreateJob(job_service_pb2.CreateJobRequest(
             job=build_job(MLP, {"epochs": 1, "hidden_sizes": [8]}, workers=1, cpus=1))).job
@@ -44,15 +46,19 @@ def _ray_token() -> str:
     return path.read_text().strip() if path.exists() else ""
 
 
-def test_with_one_token_a_job_runs_and_no_secret_is_in_the_stack_files(tmp_path, redis_url, ray_head):
+def test_with_one_token_and_tls_a_job_runs_and_no_secret_is_in_the_stack_files(tmp_path, redis_url, ray_head):
+    ca = make_test_ca(tmp_path / "ca")
     state_dir = tmp_path / "stack"
-    state = stack.up(state_dir, redis_url=redis_url, ray_address=ray_head.address, auth_token=TOKEN)
+    state = stack.up(state_dir, redis_url=redis_url, ray_address=ray_head.address, auth_token=TOKEN,
+                     tls=stack.StackTls(ca.ca, ca.server.cert, ca.server.key))
     try:
-        with open_blocking_channel(state.address("scheduler")) as channel:
+        assert all(serving(p.address, tls_ca=ca.ca) and not serving(p.address) for p in state.services.values())
+        with open_blocking_channel(state.address("scheduler"), tls_ca=ca.ca) as channel:
             with pytest.raises(grpc.RpcError) as refused:
                 job_service_pb2_grpc.JobServiceStub(channel).ListJobs(job_service_pb2.ListJobsRequest(), timeout=10)
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        done = _run_job(state.address("scheduler"), TOKEN)  # the scheduler reaches the trainer with its token
+        # The scheduler reaches the trainer over TLS, with its token.
+        done = _run_job(state.address("scheduler"), TOKEN, tls_ca=ca.ca)
         assert done.state == job_pb2.JOB_STATE_SUCCEEDED, done.state_reason
         assert stat.S_IMODE(os.stat(stack.state_file(state_dir)).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(state_dir).st_mode) == 0o700
