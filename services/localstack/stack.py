@@ -22,7 +22,6 @@ from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import free_port, pid_alive, stop_process, wait_until
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead, stop_ray_head
 from paddleray.services.localstack.redis_process import INSTALL_HINT, RedisProcess, redis_reachable
-from paddleray.services.trainer.settings import TrainerSettings
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +112,13 @@ def _auth_env(environ: dict[str, str], auth_token: str) -> dict[str, str]:
     """Tokens, consistently: `auth_token` (if given) for every service, else what the
     environment sets per service (never blanked); the scheduler gets a credential the trainer
     accepts (the trainer's token, or a generated admin token added to a trainer with only a
-    token file), and the trainer's entrypoint allowlist, to refuse other entrypoints at CreateJob."""
+    token file)."""
     env = {f"PADDLERAY_{s.upper()}_AUTH_TOKEN": auth_token for s in SERVICES} if auth_token else {}
     trainer_token = env.get("PADDLERAY_TRAINER_AUTH_TOKEN") or environ.get("PADDLERAY_TRAINER_AUTH_TOKEN", "")
     if not trainer_token and environ.get("PADDLERAY_TRAINER_AUTH_TOKENS_FILE"):
         trainer_token = env["PADDLERAY_TRAINER_AUTH_TOKEN"] = secrets.token_urlsafe(32)
     if trainer_token and not environ.get("PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"):
         env["PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"] = trainer_token
-    if "PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST" not in environ:
-        allowlist = environ.get("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
-        env["PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST"] = allowlist or json.dumps(
-            TrainerSettings.model_fields["entrypoint_allowlist"].default_factory())
     return env
 
 

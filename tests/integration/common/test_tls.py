@@ -118,6 +118,7 @@ async def test_scheduler_dispatches_to_a_tls_trainer_with_its_service_credential
         redis_url=redis_url, trainer_address=f"127.0.0.1:{trainer.port}", trainer_auth_token=TOKEN,
         trainer_tls_ca_file=ca.ca, trainer_tls_cert_file=ca.client.cert, trainer_tls_key_file=ca.client.key,
         tls_cert_file=ca.server.cert, tls_key_file=ca.server.key, dispatch_interval_s=0.05,
+        entrypoint_allowlist=["pkg"],
     )
     app = SchedulerApp(settings)
     scheduler = await start_server(settings, registrations(app))

@@ -8,6 +8,9 @@ NOT_FOUND as if absent, read-only callers cannot change anything, admins reach e
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import zipfile
 
 import grpc
 import pytest
@@ -17,9 +20,16 @@ from support_fake_trainer import FakeTrainer, start_fake_trainer
 from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
-from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, job_pb2, job_service_pb2_grpc
+from paddleray.scheduler.v1 import (
+    experiment_pb2,
+    experiment_service_pb2_grpc,
+    job_pb2,
+    job_service_pb2_grpc,
+    package_service_pb2_grpc,
+)
 from paddleray.scheduler.v1 import experiment_service_pb2 as es
 from paddleray.scheduler.v1 import job_service_pb2 as js
+from paddleray.scheduler.v1 import package_service_pb2 as pb_packages
 from paddleray.services.common.server import start_server, stop_server
 from paddleray.services.localstack.ports import free_port
 from paddleray.services.scheduler.__main__ import registrations
@@ -35,14 +45,16 @@ J = job_pb2.JobState
 async def scheduler(redis_url, tmp_path, trainer_address: str = "", **settings):
     config = SchedulerSettings(
         redis_url=redis_url, trainer_address=trainer_address or f"127.0.0.1:{free_port()}",
-        auth_tokens_file=write_token_file(tmp_path / "tokens.yaml"), dispatch_interval_s=0.05, **settings,
+        auth_tokens_file=write_token_file(tmp_path / "tokens.yaml"), dispatch_interval_s=0.05,
+        entrypoint_allowlist=["pkg"], **settings,
     )
     app = SchedulerApp(config)
     server = await start_server(config, registrations(app))
     await app.start()
     channel = aio.insecure_channel(f"127.0.0.1:{server.port}")
     try:
-        yield job_service_pb2_grpc.JobServiceStub(channel), experiment_service_pb2_grpc.ExperimentServiceStub(channel)
+        yield (job_service_pb2_grpc.JobServiceStub(channel), experiment_service_pb2_grpc.ExperimentServiceStub(channel),
+               package_service_pb2_grpc.PackageServiceStub(channel))
     finally:
         await channel.close()
         await stop_server(server, 0.5)
@@ -63,7 +75,7 @@ def _mismatches(table: dict[str, dict[str, C]], got: dict[str, dict[str, C]]) ->
 
 
 async def test_job_service_matrix(redis_url, tmp_path):
-    async with scheduler(redis_url, tmp_path, dispatch=False) as (jobs, _):
+    async with scheduler(redis_url, tmp_path, dispatch=False) as (jobs, _, _):
         async def team_a_job(terminal: bool = False) -> str:
             job = (await jobs.CreateJob(js.CreateJobRequest(job=make_job()), metadata=metadata(MEMBER_A))).job
             if terminal:
@@ -128,7 +140,7 @@ async def test_job_service_matrix(redis_url, tmp_path):
 
 
 async def test_a_request_id_of_another_tenant_does_not_return_its_job(redis_url, tmp_path):
-    async with scheduler(redis_url, tmp_path, dispatch=False) as (jobs, _):
+    async with scheduler(redis_url, tmp_path, dispatch=False) as (jobs, _, _):
         mine = (await jobs.CreateJob(js.CreateJobRequest(job=make_job(), request_id="r1"), metadata=metadata(MEMBER_A))).job
         again = (await jobs.CreateJob(js.CreateJobRequest(job=make_job(), request_id="r1"), metadata=metadata(MEMBER_A))).job
         assert again.name == mine.name
@@ -138,7 +150,7 @@ async def test_a_request_id_of_another_tenant_does_not_return_its_job(redis_url,
 
 
 async def test_experiment_service_matrix(redis_url, tmp_path):
-    async with scheduler(redis_url, tmp_path, dispatch=False) as (jobs, experiments):
+    async with scheduler(redis_url, tmp_path, dispatch=False) as (jobs, experiments, _):
         async def team_a_experiment(cancelled: bool = False) -> str:
             created = (await experiments.CreateExperiment(es.CreateExperimentRequest(experiment=_sweep()),
                                                           metadata=metadata(MEMBER_A))).experiment
@@ -208,7 +220,7 @@ async def test_quotas_attach_to_the_credentials_tenant(redis_url, tmp_path):
     trainer_server, address = await start_fake_trainer(fake)
     try:
         async with scheduler(redis_url, tmp_path, trainer_address=address,
-                             tenant_limits={"team-a": {"max_jobs": 1}}) as (jobs, _):
+                             tenant_limits={"team-a": {"max_jobs": 1}}) as (jobs, _, _):
             hanging = make_job(config={"hang": True})
             a1, a2 = [(await jobs.CreateJob(js.CreateJobRequest(job=hanging), metadata=metadata(MEMBER_A))).job
                       for _ in range(2)]
@@ -231,3 +243,33 @@ async def _wait_state(jobs, name: str, state: int) -> None:
         if response.event.WhichOneof("payload") == "state_change" and change.to_state == state:
             return
     raise AssertionError(f"{name} ended without reaching {J.Name(state)}")
+
+
+def _zip_upload() -> list[pb_packages.UploadPackageRequest]:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("my_trainer/train.py", "def train(config, ctx):\n    pass\n")
+    data = buffer.getvalue()
+    header = pb_packages.PackageHeader(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+    return [pb_packages.UploadPackageRequest(header=header), pb_packages.UploadPackageRequest(chunk=data)]
+
+
+async def test_package_service_matrix(redis_url, tmp_path):
+    """Packages are content-addressed and shared: any caller may read one by name; uploading is a write."""
+    async with scheduler(redis_url, tmp_path, dispatch=False, storage_root=tmp_path / "storage") as (_, _, packages):
+        uploaded = (await packages.UploadPackage(iter(_zip_upload()), metadata=metadata(ADMIN))).package
+
+        async def upload(md):
+            return await packages.UploadPackage(iter(_zip_upload()), metadata=md)
+
+        async def get(md):
+            return await packages.GetPackage(pb_packages.GetPackageRequest(name=uploaded.name), metadata=md)
+
+        table = {
+            "UploadPackage": (upload, expect(read_only_a=C.PERMISSION_DENIED, member_a=C.OK, member_b=C.OK,
+                                             admin=C.OK)),
+            "GetPackage": (get, expect(read_only_a=C.OK, member_a=C.OK, member_b=C.OK, admin=C.OK)),
+        }
+        got = {rpc: {caller: await code_of(lambda c=call, t=token: c(metadata(t))) for caller, token in CALLERS.items()}
+               for rpc, (call, _) in table.items()}
+        assert _mismatches({rpc: row for rpc, (_, row) in table.items()}, got) == []

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from paddleray.services.localstack.stack import _auth_env, redact_url
@@ -33,16 +31,6 @@ def test_a_trainer_with_only_a_token_file_gets_a_generated_service_token_for_the
     token = env["PADDLERAY_TRAINER_AUTH_TOKEN"]
     assert len(token) >= 32 and env["PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"] == token
     assert _auth_env({}, "").get("PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN") is None  # no auth: no token
-
-
-def test_the_scheduler_gets_the_trainers_entrypoint_allowlist():
-    assert json.loads(_auth_env({}, "")["PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST"]) == [
-        "paddleray.services.trainer.examples"]
-    mine = '["my_team.training"]'
-    assert _auth_env({"PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST": mine}, "")[
-        "PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST"] == mine
-    assert "PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST" not in _auth_env(
-        {"PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST": "[]"}, "")
 
 
 def test_passwords_are_not_shown():
