@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from paddleray.services.localstack import stack
-from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.redis_process import redis_reachable
 
 console = Console()
@@ -19,8 +18,8 @@ StateDir = typer.Option(stack.DEFAULT_STATE_DIR, "--state-dir", help="Where the 
 
 def up(
     state_dir: Path = StateDir,
-    redis_url: str = typer.Option(
-        "redis://127.0.0.1:6379/0", envvar="REDIS_URL", help="Redis to use if reachable; else a local redis-server is started."
+    redis_url: str | None = typer.Option(
+        None, envvar="REDIS_URL", help="Redis to use (it must answer); unset: the stack starts a redis-server of its own."
     ),
     num_cpus: int = typer.Option(0, help="CPUs of the local Ray head (0: all)."),
 ) -> None:
@@ -56,10 +55,11 @@ def show(state: stack.StackState) -> bool:
     healthy = True
     redis_ok = redis_reachable(state.redis_url)
     healthy &= redis_ok
-    table.add_row("redis", state.redis_url, "PONG" if redis_ok else "unreachable", "" if state.redis_pid is None else "own")
+    origin = "given (REDIS_URL / --redis-url)" if state.redis_pid is None else "own (started by the stack)"
+    table.add_row("redis", stack.redact_url(state.redis_url), "PONG" if redis_ok else "unreachable", origin)
     table.add_row("ray head", state.ray_address, "", str(Path(state.state_dir) / "ray.log"))
     for process in state.services.values():
-        ok = serving(process.address)
+        ok = state.serving(process.name)
         healthy &= ok
         table.add_row(process.name, process.address, "SERVING" if ok else "NOT SERVING", process.log_file)
     console.print(table)

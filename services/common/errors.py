@@ -6,6 +6,8 @@ into statuses, so servicers never build statuses by hand and never leak a traceb
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 
@@ -62,3 +64,24 @@ class Aborted(DomainError):
     """A concurrent change won; the client may retry."""
 
     code = grpc.StatusCode.ABORTED
+
+
+# Exceptions of libraries a service depends on that mean "a dependency is down", not a bug:
+# a service registers how to translate them (e.g. the scheduler: Redis connection errors ->
+# Unavailable), and the error-mapping interceptor answers with that instead of INTERNAL.
+Translator = Callable[[BaseException], DomainError | None]
+_translators: list[Translator] = []
+
+
+def register_translator(translate: Translator) -> None:
+    """Adds translate(exc) -> DomainError | None, tried in order for every unexpected exception."""
+    if translate not in _translators:
+        _translators.append(translate)
+
+
+def translate(exc: BaseException) -> DomainError | None:
+    for translator in _translators:
+        mapped = translator(exc)
+        if mapped is not None:
+            return mapped
+    return None

@@ -1,4 +1,4 @@
-"""Server interceptors: bearer-token auth, domain-error mapping, and request metrics.
+"""Server interceptors: bearer-token auth (with the caller's identity), error mapping, metrics.
 
 grpc.aio interceptors cannot see a call's outcome from intercept_service alone, so each one
 wraps the method handler's behavior (unary-unary, unary-stream and stream-unary, the kinds
@@ -8,7 +8,6 @@ iterator as its request).
 
 from __future__ import annotations
 
-import hmac
 import inspect
 import logging
 import time
@@ -20,7 +19,8 @@ import grpc
 from grpc import aio
 from redis import exceptions as redis_errors
 
-from paddleray.services.common import errors, metrics
+from paddleray.services.common import errors, identity, metrics
+from paddleray.services.common.credentials import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,8 @@ def _as_async_iterator(behavior: Callable[..., Any]) -> StreamBehavior:
 
 
 class ErrorMappingInterceptor(aio.ServerInterceptor):
-    """Maps DomainError to its status; anything unexpected to INTERNAL with a logged traceback.
+    """Maps DomainError to its status, registered dependency errors (errors.register_translator)
+    to theirs, and anything else to INTERNAL with a logged traceback.
 
     The client sees an incident id for INTERNAL, never the traceback itself.
     """
@@ -99,6 +100,11 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
                 await context.abort(exc.code, exc.message)
             if isinstance(exc, NotImplementedError):
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
+            translated = errors.translate(exc)
+            if translated is not None:
+                # An outage is logged once by whoever watches the dependency, not per call.
+                log.debug("%s: %s (%s)", method, translated.message, type(exc).__name__)
+                await context.abort(translated.code, translated.message)
             if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
                 # Redis down is a dependency outage the client may retry, not a bug of ours.
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
@@ -133,26 +139,73 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
 
 
 class AuthInterceptor(aio.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` on every call except health checks."""
+    """Requires `authorization: Bearer <token>` on every call except health checks and
+    reflection, and runs the call as the token's identity (identity.current())."""
 
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
 
-    def _authorized(self, metadata: Any) -> bool:
+    def _identify(self, metadata: Any) -> identity.Identity | None:
         for key, value in metadata or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else value
-                return hmac.compare_digest(given, self._expected)
-        return False
+                scheme, _, token = given.partition(b" ")
+                if scheme.lower() != b"bearer" or not token:
+                    return None
+                return self._credentials.identify(token.strip())
+        return None
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
-        if handler_call_details.method.startswith(_PUBLIC_SERVICES) or self._authorized(
-            handler_call_details.invocation_metadata
-        ):
+        if handler_call_details.method.startswith(_PUBLIC_SERVICES):
             return handler
+        caller = self._identify(handler_call_details.invocation_metadata)
+        if caller is None:
+            return _rejecting_handler(handler)
+        return _as_identity(handler, caller)
 
-        return _rejecting_handler(handler)
+
+def _as_identity(handler: grpc.RpcMethodHandler | None, caller: identity.Identity) -> grpc.RpcMethodHandler | None:
+    """The handler, run with caller as identity.current(); every kind of method is wrapped, so
+    none can run as the default (admin) identity by being of a kind not foreseen here."""
+    if handler is None:
+        return None
+
+    def response(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(request_or_iterator: Any, context: aio.ServicerContext) -> Any:
+            with identity.acting_as(caller):
+                result = behavior(request_or_iterator, context)
+                return await result if inspect.isawaitable(result) else result
+
+        return call
+
+    def stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(request_or_iterator: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+            # Set and never reset: a generator finalised from another context could not reset it,
+            # and the call's own task (whose context this is) ends with the call.
+            identity.set_current(caller)
+            result = behavior(request_or_iterator, context)
+            if hasattr(result, "__aiter__"):
+                async for item in result:
+                    yield item
+            else:
+                for item in await result if inspect.isawaitable(result) else result:
+                    yield item
+
+        return call
+
+    kinds = {
+        "unary_unary": (grpc.unary_unary_rpc_method_handler, response),
+        "unary_stream": (grpc.unary_stream_rpc_method_handler, stream),
+        "stream_unary": (grpc.stream_unary_rpc_method_handler, response),
+        "stream_stream": (grpc.stream_stream_rpc_method_handler, stream),
+    }
+    for kind, (build, wrap) in kinds.items():
+        behavior = getattr(handler, kind)
+        if behavior is not None:
+            return build(wrap(behavior), request_deserializer=handler.request_deserializer,
+                         response_serializer=handler.response_serializer)
+    return None
 
 
 def _rejecting_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler | None:

@@ -19,6 +19,8 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from paddleray.services.common.channels import server_credentials
+from paddleray.services.common.credentials import Credentials
 from paddleray.services.common.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
 from paddleray.services.common.logs import configure_logging
 from paddleray.services.common.metrics import serve_metrics
@@ -63,8 +65,9 @@ class Server:
 def create_server(settings: ServiceSettings, services: Sequence[ServiceRegistration]) -> tuple[Server, int]:
     """Builds and binds the server (not started). Returns it and the bound port."""
     interceptors: list[aio.ServerInterceptor] = [MetricsInterceptor()]
-    if settings.auth_token:
-        interceptors.append(AuthInterceptor(settings.auth_token))
+    credentials = Credentials.from_settings(settings)
+    if credentials is not None:
+        interceptors.append(AuthInterceptor(credentials))
     interceptors.append(ErrorMappingInterceptor())
     grpc_server = aio.server(interceptors=interceptors, options=_SERVER_OPTIONS)
     names = []
@@ -76,7 +79,12 @@ def create_server(settings: ServiceSettings, services: Sequence[ServiceRegistrat
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], grpc_server
     )
-    port = grpc_server.add_insecure_port(f"{settings.host}:{settings.port}")
+    address = f"{settings.host}:{settings.port}"
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        tls = server_credentials(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+        port = grpc_server.add_secure_port(address, tls)
+    else:
+        port = grpc_server.add_insecure_port(address)
     if port == 0:
         raise RuntimeError(f"could not bind {settings.host}:{settings.port}")
     return Server(grpc_server, port, health_servicer, names), port

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,7 +26,21 @@ class ServiceSettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address the gRPC server binds to.")
     port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
-    auth_token: str = Field("", description="Bearer token required of clients; empty disables auth.")
+    auth_token: str = Field(
+        "", description="Bearer token required of clients, standing for an admin of the default tenant; "
+        "empty (and no auth_tokens_file) disables auth."
+    )
+    auth_tokens_file: Path | None = Field(
+        None, description="YAML or JSON file mapping bearer tokens to {tenant, role: admin | member | read-only} "
+        "(a mounted Secret in Kubernetes); see docs/security.md. Re-read when it changes."
+    )
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate (chain) the server presents; with tls_key_file the service serves TLS only."
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        None, description="PEM CA bundle; when set, clients must present a certificate it signed (mTLS)."
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Prometheus /metrics port; unset disables it, 0 picks one."
     )
@@ -40,3 +54,11 @@ class ServiceSettings(BaseSettings):
     port_file: Path | None = Field(
         None, description="When set, the bound port is written here once the server serves."
     )
+
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> Self:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both to serve TLS, or neither")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+        return self

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import free_port, pid_alive, stop_process, wait_until
@@ -45,14 +47,21 @@ class StackState:
     ray_pid: int | None
     storage_root: str
     services: dict[str, ServiceProcess] = field(default_factory=dict)
+    tls_ca: str = ""  # CA of the services' certificate when they serve TLS
 
     def address(self, service: str) -> str:
         return self.services[service].address
 
+    def serving(self, service: str) -> bool:
+        return serving(self.address(service), tls_ca=self.tls_ca or None)
+
     def save(self) -> Path:
+        # 0600 from the first byte: a Redis URL the user gave may carry a password.
         path = state_file(Path(self.state_dir))
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(json.dumps(asdict(self), indent=2))
         tmp.replace(path)
         return path
 
@@ -77,7 +86,11 @@ def _ensure_redis_server_binary() -> None:
 
 
 def _start_redis(state_dir: Path, redis_url: str | None) -> tuple[str, int | None]:
-    if redis_url and redis_reachable(redis_url):
+    """The Redis the user named (it must answer), else one of the stack's own: never whatever
+    happens to answer at the default address (on a shared host, someone else's)."""
+    if redis_url:
+        if not redis_reachable(redis_url):
+            raise RuntimeError(f"the Redis named by REDIS_URL / --redis-url ({redact_url(redis_url)}) does not answer")
         return redis_url, None
     _ensure_redis_server_binary()
     # Durable: the scheduler's promise that nothing accepted is lost needs an fsync'd AOF.
@@ -85,11 +98,55 @@ def _start_redis(state_dir: Path, redis_url: str | None) -> tuple[str, int | Non
     return redis.url, redis.process.pid
 
 
+def redact_url(url: str) -> str:
+    """The URL without its password, to show."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
+
+
+def _auth_env(environ: dict[str, str], auth_token: str) -> dict[str, str]:
+    """Tokens, consistently: `auth_token` (if given) for every service, else what the
+    environment sets per service (never blanked); the scheduler gets a credential the trainer
+    accepts (the trainer's token, or a generated admin token added to a trainer with only a
+    token file)."""
+    env = {f"PADDLERAY_{s.upper()}_AUTH_TOKEN": auth_token for s in SERVICES} if auth_token else {}
+    trainer_token = env.get("PADDLERAY_TRAINER_AUTH_TOKEN") or environ.get("PADDLERAY_TRAINER_AUTH_TOKEN", "")
+    if not trainer_token and environ.get("PADDLERAY_TRAINER_AUTH_TOKENS_FILE"):
+        trainer_token = env["PADDLERAY_TRAINER_AUTH_TOKEN"] = secrets.token_urlsafe(32)
+    if trainer_token and not environ.get("PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"):
+        env["PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"] = trainer_token
+    return env
+
+
+@dataclass(frozen=True)
+class StackTls:
+    """One certificate for every service (it must name 127.0.0.1), and the CA that signed it."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def _tls_env(tls: StackTls | None) -> dict[str, str]:
+    if tls is None:
+        return {}
+    env = {}
+    for service in SERVICES:
+        prefix = f"PADDLERAY_{service.upper()}_"
+        env[prefix + "TLS_CERT_FILE"], env[prefix + "TLS_KEY_FILE"] = str(tls.cert_file), str(tls.key_file)
+    env["PADDLERAY_SCHEDULER_TRAINER_TLS_CA_FILE"] = str(tls.ca_file)
+    return env
+
+
 def _service_env(
-    service: str, state: StackState, port: int, metrics_port: int, port_file: Path, auth_token: str
+    service: str, state: StackState, port: int, metrics_port: int, port_file: Path, auth: dict[str, str]
 ) -> dict[str, str]:
     prefix = f"PADDLERAY_{service.upper()}_"
-    env = {**os.environ, **AUTH_ENV, "GLOG_v": "0", "GLOG_minloglevel": "2"}
+    env = {**os.environ, **auth, **AUTH_ENV, "GLOG_v": "0", "GLOG_minloglevel": "2"}
     env.update({
         prefix + "PORT": str(port),
         prefix + "PORT_FILE": str(port_file),
@@ -97,7 +154,6 @@ def _service_env(
         prefix + "STORAGE_ROOT": state.storage_root,
         prefix + "REDIS_URL": state.redis_url,
         prefix + "RAY_ADDRESS": state.ray_address,
-        prefix + "AUTH_TOKEN": auth_token,
     })
     if service == "scheduler":
         env[prefix + "TRAINER_ADDRESS"] = state.address("trainer")
@@ -110,7 +166,7 @@ def _service_env(
     return env
 
 
-def _start_service(service: str, state: StackState, auth_token: str) -> ServiceProcess:
+def _start_service(service: str, state: StackState, auth: dict[str, str]) -> ServiceProcess:
     state_dir = Path(state.state_dir)
     port, metrics_port = free_port(), free_port()
     port_file = state_dir / f"{service}.port"
@@ -119,7 +175,7 @@ def _start_service(service: str, state: StackState, auth_token: str) -> ServiceP
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", f"paddleray.services.{service}"],
-            env=_service_env(service, state, port, metrics_port, port_file, auth_token),
+            env=_service_env(service, state, port, metrics_port, port_file, auth),
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
     return ServiceProcess(service, f"127.0.0.1:{port}", process.pid, str(log_file), f"127.0.0.1:{metrics_port}")
@@ -132,18 +188,22 @@ def up(
     auth_token: str = "",
     ray_address: str | None = None,
     timeout: float = 180,
+    tls: StackTls | None = None,
 ) -> StackState:
     """Starts the stack in the background and returns its state once every service serves.
 
-    With ray_address, the services use that Ray cluster instead of a head of the stack's own.
+    With redis_url, the services use that Redis (which must answer), else one of the stack's
+    own; with ray_address, that Ray cluster instead of a head of the stack's own; with tls, the
+    services serve TLS (the scheduler dials the trainer, and the stack checks health, with its CA).
     """
     existing = StackState.load(state_dir)
-    if existing is not None and all(serving(p.address) for p in existing.services.values()):
+    if existing is not None and all(existing.serving(name) for name in existing.services):
         return existing
     if existing is not None:
         down(state_dir)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)
     url, redis_pid = _start_redis(state_dir, redis_url)
     ray_pid = None
     if ray_address is None:
@@ -151,17 +211,18 @@ def up(
         ray_address, ray_pid = head.address, head.process.pid
     state = StackState(
         state_dir=str(state_dir), redis_url=url, redis_pid=redis_pid, ray_address=ray_address,
-        ray_pid=ray_pid, storage_root=str(state_dir / "storage"),
+        ray_pid=ray_pid, storage_root=str(state_dir / "storage"), tls_ca=str(tls.ca_file) if tls else "",
     )
     state.save()  # saved before the services start, so that `down` can clean up a failed `up`
+    auth = {**_auth_env(dict(os.environ), auth_token), **_tls_env(tls)}
     try:
         # The scheduler needs the trainer's address, so the trainer goes first.
         for service in SERVICES:
-            state.services[service] = _start_service(service, state, auth_token)
+            state.services[service] = _start_service(service, state, auth)
             state.save()
         for process in state.services.values():
             wait_until(
-                lambda p=process: _serving_or_dead(p), timeout=timeout, interval=0.2,
+                lambda p=process: _serving_or_dead(p, state), timeout=timeout, interval=0.2,
                 message=f"{process.name} to report SERVING (log: {process.log_file})",
             )
     except BaseException:
@@ -182,10 +243,10 @@ def write_prometheus_config(state: StackState) -> Path:
     return path
 
 
-def _serving_or_dead(process: ServiceProcess) -> bool:
+def _serving_or_dead(process: ServiceProcess, state: StackState) -> bool:
     if not pid_alive(process.pid):
         raise RuntimeError(f"{process.name} exited during start-up; see {process.log_file}")
-    return serving(process.address)
+    return state.serving(process.name)
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, grace_period_s: float = 15) -> bool:

@@ -25,7 +25,8 @@ def registrations(app: SchedulerApp) -> list[ServiceRegistration]:
 
 async def serve(settings: SchedulerSettings) -> None:
     app = SchedulerApp(settings)
-    await run_service("scheduler", settings, registrations(app), on_started=app.start, on_shutdown=app.stop)
+    await run_service("scheduler", settings, registrations(app), on_started=app.start, on_shutdown=app.stop,
+                      readiness=app.store_health.ready, readiness_interval_s=settings.store_check_interval_s)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import functools
 
 import redis.asyncio as aioredis
 
+from paddleray.services.scheduler import store_health
 from paddleray.services.scheduler.dispatcher import Dispatcher
 from paddleray.services.scheduler.experiment_store import ExperimentStore
 from paddleray.services.scheduler.experiments import ExperimentManager
@@ -19,6 +20,7 @@ from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.packages import PackageStore
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import JobStore
+from paddleray.services.scheduler.store_health import StoreHealth
 from paddleray.services.scheduler.trainer_client import TrainerClient
 
 
@@ -26,12 +28,18 @@ class SchedulerApp:
     def __init__(self, settings: SchedulerSettings) -> None:
         self.settings = settings
         # Blocking reads (WatchJob's XREAD) each hold a connection for up to a second.
-        self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=1024)
+        self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=1024, **settings.redis_options())
+        store_health.register()
+        self.store_health = StoreHealth(self.redis, settings.store_check_interval_s)
         self.store = JobStore(self.redis, events_cap=settings.events_cap)
         self.packages = PackageStore(settings.storage_root, settings.package_max_bytes)
         self.inputs = JobInputs(self.packages, self.store, settings.storage_root, settings.entrypoint_allowlist)
+        client_cert = None
+        if settings.trainer_tls_cert_file is not None and settings.trainer_tls_key_file is not None:
+            client_cert = (settings.trainer_tls_cert_file, settings.trainer_tls_key_file)
         self.trainer = TrainerClient(settings.trainer_address, settings.trainer_auth_token,
-                                     settings.trainer_rpc_timeout_s)
+                                     settings.trainer_rpc_timeout_s, settings.trainer_tls_ca_file, client_cert,
+                                     settings.trainer_tls_server_name)
         queued = asyncio.Event()  # set by the job manager, waited on by the dispatcher
         self.manager = JobManager(
             self.store, settings.aging_s_per_priority, settings.stop_wait_s,
@@ -44,6 +52,8 @@ class SchedulerApp:
         self.experiments.register(self.manager.hooks)
 
     async def start(self) -> None:
+        # Known before the loops start, so that an unreachable store is reported (once) as such.
+        await self.store_health.refresh()
         await asyncio.to_thread(self.packages.remove_stale_uploads)
         if self.settings.dispatch:
             await self.dispatcher.start()
@@ -54,3 +64,4 @@ class SchedulerApp:
         await self.dispatcher.stop()
         await self.trainer.close()
         await self.redis.aclose()
+        self.store_health.close()

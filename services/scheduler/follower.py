@@ -147,7 +147,7 @@ class RunFollower:
         job_id, job = record.job_id, record.job
         attempt = job.attempts[-1]
         request = ts.StartRunRequest(spec=job.spec, request_id=attempt_request_id(job_id, attempt.number),
-                                     job=job.name, labels=job.labels)
+                                     job=job.name, labels=job.labels, tenant=job.tenant)
         if attempt.HasField("resumed_from"):
             request.resume_from.CopyFrom(attempt.resumed_from)
         deadline = deadline_s(job)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from paddleray.scheduler.v1 import package_service_pb2 as pb
 from paddleray.scheduler.v1 import package_service_pb2_grpc
+from paddleray.services.common import identity
 from paddleray.services.common.server import ServiceRegistration
 from paddleray.services.scheduler.packages import PackageStore
 
@@ -16,6 +17,7 @@ class PackageServicer(package_service_pb2_grpc.PackageServiceServicer):
         return pb.GetPackageResponse(package=await self._store.get(request.name))
 
     async def UploadPackage(self, request_iterator, context) -> pb.UploadPackageResponse:
+        identity.require_write("UploadPackage")
         return pb.UploadPackageResponse(package=await self._store.upload(request_iterator))
 
 

@@ -1,13 +1,15 @@
-"""The scheduler's client of the trainer service: one grpc.aio channel, deadlines, auth."""
+"""The scheduler's client of the trainer service: one grpc.aio channel, deadlines, and the
+scheduler's own service credential (its bearer token, TLS / mTLS as configured)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
-from grpc import aio
 
+from paddleray.services.common.channels import open_channel
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2_grpc
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 
@@ -27,23 +29,24 @@ TRAINER_FAILED = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, g
 class TrainerClient:
     """Must be created on the event loop that uses it (grpc.aio channels bind to one)."""
 
-    def __init__(self, address: str, token: str = "", rpc_timeout_s: float = 30.0) -> None:
-        self.channel = aio.insecure_channel(address, options=[("grpc.keepalive_time_ms", 30_000)])
+    def __init__(self, address: str, token: str = "", rpc_timeout_s: float = 30.0, tls_ca: Path | None = None,
+                 client_cert: tuple[Path, Path] | None = None, server_name: str | None = None) -> None:
+        self.channel = open_channel(address, tls_ca=tls_ca, client_cert=client_cert, token=token or None,
+                                    server_name=server_name)
         self.stub = trainer_service_pb2_grpc.TrainerServiceStub(self.channel)
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.timeout = rpc_timeout_s
 
     async def start_run(self, request: ts.StartRunRequest) -> run_pb2.Run:
-        return (await self.stub.StartRun(request, timeout=self.timeout, metadata=self.metadata)).run
+        return (await self.stub.StartRun(request, timeout=self.timeout)).run
 
     async def get_run(self, name: str) -> run_pb2.Run:
-        response = await self.stub.GetRun(ts.GetRunRequest(name=name), timeout=self.timeout, metadata=self.metadata)
+        response = await self.stub.GetRun(ts.GetRunRequest(name=name), timeout=self.timeout)
         return response.run
 
     async def stop_run(self, name: str, reason: str, grace_s: float) -> run_pb2.Run:
         request = ts.StopRunRequest(name=name, reason=reason)
         request.grace_period.FromNanoseconds(int(grace_s * 1e9))
-        return (await self.stub.StopRun(request, timeout=self.timeout, metadata=self.metadata)).run
+        return (await self.stub.StopRun(request, timeout=self.timeout)).run
 
     async def request_stop(self, name: str, reason: str, grace_s: float) -> None:
         """StopRun, best effort: a failure is logged, since the run's follower stops the run
@@ -54,7 +57,7 @@ class TrainerClient:
             log.warning("StopRun of %s failed: %s", name, exc.code().name)
 
     async def watch_run(self, name: str, after_sequence: int) -> AsyncIterator[run_pb2.RunEvent]:
-        call = self.stub.WatchRun(ts.WatchRunRequest(name=name, after_sequence=after_sequence), metadata=self.metadata)
+        call = self.stub.WatchRun(ts.WatchRunRequest(name=name, after_sequence=after_sequence))
         try:
             async for response in call:
                 yield response.event
@@ -62,11 +65,11 @@ class TrainerClient:
             call.cancel()
 
     def run_logs(self, request: ts.GetRunLogsRequest):
-        return self.stub.GetRunLogs(request, metadata=self.metadata)
+        return self.stub.GetRunLogs(request)
 
     async def cluster_resources(self) -> ts.GetClusterResourcesResponse:
         return await self.stub.GetClusterResources(
-            ts.GetClusterResourcesRequest(), timeout=self.timeout, metadata=self.metadata
+            ts.GetClusterResourcesRequest(), timeout=self.timeout
         )
 
     async def close(self) -> None:

@@ -71,6 +71,7 @@ def run(record: runs.RunRecord) -> run_pb2.Run:
         state=state_to_proto(record.state),
         state_reason=record.state_reason,
         labels=record.labels,
+        tenant=record.tenant,
         create_time=timestamp(record.create_time),
         workers=[
             run_pb2.Worker(

@@ -53,6 +53,7 @@ class RunRecord:
     timeout_s: float | None = None
     resume_from: common_pb2.Checkpoint | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    tenant: str = "default"  # records written before runs had tenants are the default tenant's
     state: RunState = RunState.PENDING
     state_reason: str = ""
     failure: Failure | None = None

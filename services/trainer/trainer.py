@@ -115,6 +115,7 @@ class Trainer:
         timeout_s: float | None = None,
         resume_from: common_pb2.Checkpoint | None = None,
         labels: dict[str, str] | None = None,
+        tenant: str = "default",
     ) -> runs.RunRecord:
         if len(request_id) > _MAX_REQUEST_ID:
             raise errors.InvalidArgument("request_id", f"must be at most {_MAX_REQUEST_ID} characters")
@@ -143,6 +144,7 @@ class Trainer:
                 timeout_s=timeout_s,
                 resume_from=resume_from if resume_uri else None,
                 labels=dict(labels or {}),
+                tenant=tenant,
             )
         )
         executor = RunExecutor(
@@ -157,12 +159,14 @@ class Trainer:
         return self.registry.get(parse_run_name(name))
 
     def list_runs(
-        self, page_size: int = 0, page_token: str = "", states: Sequence[RunState] = (), job: str = ""
+        self, page_size: int = 0, page_token: str = "", states: Sequence[RunState] = (), job: str = "",
+        tenant: str = "",
     ) -> tuple[list[runs.RunRecord], str]:
         size = paging.page_size(page_size)
-        filters = {"states": [s.value for s in states], "job": job}
+        filters = {"states": [s.value for s in states], "job": job, "tenant": tenant}
         records = sorted(self.registry.all(), key=lambda r: (r.create_time, r.run_id), reverse=True)
-        records = [r for r in records if (not states or r.state in states) and (not job or r.job == job)]
+        records = [r for r in records if (not states or r.state in states) and (not job or r.job == job)
+                   and (not tenant or r.tenant == tenant)]
         position = paging.decode_page_token(page_token, filters, "ListRuns")
         if position is not None:
             cursor = _cursor(position)

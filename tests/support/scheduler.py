@@ -56,9 +56,9 @@ class SchedulerProcess:
     def log_path(self):
         return self.log_dir / f"scheduler-{self.port}-{self.starts}.log"
 
-    async def start(self) -> None:
-        """Starts it and waits until it answers, polling with asyncio.sleep so that servers
-        on the caller's event loop (the fake trainer) keep serving meanwhile."""
+    async def start(self, metadata: tuple = ()) -> None:
+        """Starts it and waits until it answers (to a caller with metadata), polling with
+        asyncio.sleep so that servers on the caller's event loop (the fake trainer) keep serving."""
         import asyncio
         import subprocess
         import sys
@@ -78,7 +78,7 @@ class SchedulerProcess:
                 async with aio.insecure_channel(self.address) as channel:
                     try:
                         await job_service_pb2_grpc.JobServiceStub(channel).ListJobs(js.ListJobsRequest(page_size=1),
-                                                                                    timeout=1)
+                                                                                    timeout=1, metadata=metadata)
                         return
                     except aio.AioRpcError:
                         await asyncio.sleep(0.1)

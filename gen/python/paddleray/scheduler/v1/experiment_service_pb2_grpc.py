@@ -28,6 +28,10 @@ if _version_not_supported:
 class ExperimentServiceStub:
     """Hyperparameter sweeps run as trial jobs of the JobService (list them with
     ListJobsRequest.experiment).
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; an
+    experiment's tenant is its trial_template.tenant, set from the caller's credential as for
+    jobs; another tenant's experiment answers NOT_FOUND (admins see all); a read-only credential
+    gets PERMISSION_DENIED from CreateExperiment, CancelExperiment and DeleteExperiment.
     """
 
     def __init__(self, channel):
@@ -66,6 +70,10 @@ class ExperimentServiceStub:
 class ExperimentServiceServicer:
     """Hyperparameter sweeps run as trial jobs of the JobService (list them with
     ListJobsRequest.experiment).
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; an
+    experiment's tenant is its trial_template.tenant, set from the caller's credential as for
+    jobs; another tenant's experiment answers NOT_FOUND (admins see all); a read-only credential
+    gets PERMISSION_DENIED from CreateExperiment, CancelExperiment and DeleteExperiment.
     """
 
     def CreateExperiment(self, request, context):
@@ -147,6 +155,10 @@ def add_ExperimentServiceServicer_to_server(servicer, server):
 class ExperimentService:
     """Hyperparameter sweeps run as trial jobs of the JobService (list them with
     ListJobsRequest.experiment).
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; an
+    experiment's tenant is its trial_template.tenant, set from the caller's credential as for
+    jobs; another tenant's experiment answers NOT_FOUND (admins see all); a read-only credential
+    gets PERMISSION_DENIED from CreateExperiment, CancelExperiment and DeleteExperiment.
     """
 
     @staticmethod

@@ -27,6 +27,9 @@ if _version_not_supported:
 
 class JobServiceStub:
     """Training jobs: durable, scheduled on the cluster's free capacity, retried and timed out.
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a job of
+    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
+    read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
     """
 
     def __init__(self, channel):
@@ -74,6 +77,9 @@ class JobServiceStub:
 
 class JobServiceServicer:
     """Training jobs: durable, scheduled on the cluster's free capacity, retried and timed out.
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a job of
+    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
+    read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
     """
 
     def CreateJob(self, request, context):
@@ -190,6 +196,9 @@ def add_JobServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class JobService:
     """Training jobs: durable, scheduled on the cluster's free capacity, retried and timed out.
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a job of
+    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
+    read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
     """
 
     @staticmethod

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from paddleray.common.v1 import common_pb2 as paddleray_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epaddleray/trainer/v1/run.proto\x12\x14paddleray.trainer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a paddleray/common/v1/common.proto\"Z\n\x06Worker\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nlocal_rank\x18\x02 \x01(\x05\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0f\n\x07gpu_ids\x18\x04 \x03(\t\x12\x0c\n\x04warm\x18\x05 \x01(\x08\"\xfd\x05\n\x03Run\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x04spec\x18\x02 \x01(\x0b\x32!.paddleray.common.v1.TrainingSpec\x12\x0b\n\x03job\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x0bresume_from\x18\x05 \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12-\n\x05state\x18\x06 \x01(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x14\n\x0cstate_reason\x18\x07 \x01(\t\x12-\n\x07workers\x18\x08 \x03(\x0b\x32\x1c.paddleray.trainer.v1.Worker\x12:\n\x0elatest_metrics\x18\t \x01(\x0b\x32\".paddleray.common.v1.MetricsReport\x12:\n\x11latest_checkpoint\x18\n \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12\x38\n\x0f\x62\x65st_checkpoint\x18\x0b \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x06labels\x18\x0f \x03(\x0b\x32%.paddleray.trainer.v1.Run.LabelsEntry\x12-\n\x07\x66\x61ilure\x18\x10 \x01(\x0b\x32\x1c.paddleray.common.v1.Failure\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb5\x01\n\x0eRunStateChange\x12\x32\n\nfrom_state\x18\x01 \x01(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x30\n\x08to_state\x18\x02 \x01(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12-\n\x07\x66\x61ilure\x18\x04 \x01(\x0b\x32\x1c.paddleray.common.v1.Failure\"\xfd\x01\n\x08RunEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12<\n\x0cstate_change\x18\x03 \x01(\x0b\x32$.paddleray.trainer.v1.RunStateChangeH\x00\x12\x35\n\x07metrics\x18\x04 \x01(\x0b\x32\".paddleray.common.v1.MetricsReportH\x00\x12\x35\n\ncheckpoint\x18\x05 \x01(\x0b\x32\x1f.paddleray.common.v1.CheckpointH\x00\x42\t\n\x07payload\"\xbd\x01\n\x0fResourceAmounts\x12\x10\n\x08num_cpus\x18\x01 \x01(\x01\x12\x10\n\x08num_gpus\x18\x02 \x01(\x01\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x41\n\x06\x63ustom\x18\x04 \x03(\x0b\x32\x31.paddleray.trainer.v1.ResourceAmounts.CustomEntry\x1a-\n\x0b\x43ustomEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xa1\x01\n\rNodeResources\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x34\n\x05total\x18\x03 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts\x12\x38\n\tavailable\x18\x04 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts*\xe2\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11RUN_STATE_PENDING\x10\x01\x12\x16\n\x12RUN_STATE_STARTING\x10\x02\x12\x15\n\x11RUN_STATE_RUNNING\x10\x03\x12\x16\n\x12RUN_STATE_STOPPING\x10\x04\x12\x17\n\x13RUN_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10RUN_STATE_FAILED\x10\x06\x12\x15\n\x11RUN_STATE_STOPPED\x10\x07\x12\x17\n\x13RUN_STATE_TIMED_OUT\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epaddleray/trainer/v1/run.proto\x12\x14paddleray.trainer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a paddleray/common/v1/common.proto\"Z\n\x06Worker\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nlocal_rank\x18\x02 \x01(\x05\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0f\n\x07gpu_ids\x18\x04 \x03(\t\x12\x0c\n\x04warm\x18\x05 \x01(\x08\"\x8d\x06\n\x03Run\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x04spec\x18\x02 \x01(\x0b\x32!.paddleray.common.v1.TrainingSpec\x12\x0b\n\x03job\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x0bresume_from\x18\x05 \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12-\n\x05state\x18\x06 \x01(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x14\n\x0cstate_reason\x18\x07 \x01(\t\x12-\n\x07workers\x18\x08 \x03(\x0b\x32\x1c.paddleray.trainer.v1.Worker\x12:\n\x0elatest_metrics\x18\t \x01(\x0b\x32\".paddleray.common.v1.MetricsReport\x12:\n\x11latest_checkpoint\x18\n \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12\x38\n\x0f\x62\x65st_checkpoint\x18\x0b \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x06labels\x18\x0f \x03(\x0b\x32%.paddleray.trainer.v1.Run.LabelsEntry\x12-\n\x07\x66\x61ilure\x18\x10 \x01(\x0b\x32\x1c.paddleray.common.v1.Failure\x12\x0e\n\x06tenant\x18\x11 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb5\x01\n\x0eRunStateChange\x12\x32\n\nfrom_state\x18\x01 \x01(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x30\n\x08to_state\x18\x02 \x01(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12-\n\x07\x66\x61ilure\x18\x04 \x01(\x0b\x32\x1c.paddleray.common.v1.Failure\"\xfd\x01\n\x08RunEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12<\n\x0cstate_change\x18\x03 \x01(\x0b\x32$.paddleray.trainer.v1.RunStateChangeH\x00\x12\x35\n\x07metrics\x18\x04 \x01(\x0b\x32\".paddleray.common.v1.MetricsReportH\x00\x12\x35\n\ncheckpoint\x18\x05 \x01(\x0b\x32\x1f.paddleray.common.v1.CheckpointH\x00\x42\t\n\x07payload\"\xbd\x01\n\x0fResourceAmounts\x12\x10\n\x08num_cpus\x18\x01 \x01(\x01\x12\x10\n\x08num_gpus\x18\x02 \x01(\x01\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x41\n\x06\x63ustom\x18\x04 \x03(\x0b\x32\x31.paddleray.trainer.v1.ResourceAmounts.CustomEntry\x1a-\n\x0b\x43ustomEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xa1\x01\n\rNodeResources\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x34\n\x05total\x18\x03 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts\x12\x38\n\tavailable\x18\x04 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts*\xe2\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11RUN_STATE_PENDING\x10\x01\x12\x16\n\x12RUN_STATE_STARTING\x10\x02\x12\x15\n\x11RUN_STATE_RUNNING\x10\x03\x12\x16\n\x12RUN_STATE_STOPPING\x10\x04\x12\x17\n\x13RUN_STATE_SUCCEEDED\x10\x05\x12\x14\n\x10RUN_STATE_FAILED\x10\x06\x12\x15\n\x11RUN_STATE_STOPPED\x10\x07\x12\x17\n\x13RUN_STATE_TIMED_OUT\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,22 +38,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUN_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_RESOURCEAMOUNTS_CUSTOMENTRY']._loaded_options = None
   _globals['_RESOURCEAMOUNTS_CUSTOMENTRY']._serialized_options = b'8\001'
-  _globals['_RUNSTATE']._serialized_start=1812
-  _globals['_RUNSTATE']._serialized_end=2038
+  _globals['_RUNSTATE']._serialized_start=1828
+  _globals['_RUNSTATE']._serialized_end=2054
   _globals['_WORKER']._serialized_start=155
   _globals['_WORKER']._serialized_end=245
   _globals['_RUN']._serialized_start=248
-  _globals['_RUN']._serialized_end=1013
-  _globals['_RUN_LABELSENTRY']._serialized_start=968
-  _globals['_RUN_LABELSENTRY']._serialized_end=1013
-  _globals['_RUNSTATECHANGE']._serialized_start=1016
-  _globals['_RUNSTATECHANGE']._serialized_end=1197
-  _globals['_RUNEVENT']._serialized_start=1200
-  _globals['_RUNEVENT']._serialized_end=1453
-  _globals['_RESOURCEAMOUNTS']._serialized_start=1456
-  _globals['_RESOURCEAMOUNTS']._serialized_end=1645
-  _globals['_RESOURCEAMOUNTS_CUSTOMENTRY']._serialized_start=1600
-  _globals['_RESOURCEAMOUNTS_CUSTOMENTRY']._serialized_end=1645
-  _globals['_NODERESOURCES']._serialized_start=1648
-  _globals['_NODERESOURCES']._serialized_end=1809
+  _globals['_RUN']._serialized_end=1029
+  _globals['_RUN_LABELSENTRY']._serialized_start=984
+  _globals['_RUN_LABELSENTRY']._serialized_end=1029
+  _globals['_RUNSTATECHANGE']._serialized_start=1032
+  _globals['_RUNSTATECHANGE']._serialized_end=1213
+  _globals['_RUNEVENT']._serialized_start=1216
+  _globals['_RUNEVENT']._serialized_end=1469
+  _globals['_RESOURCEAMOUNTS']._serialized_start=1472
+  _globals['_RESOURCEAMOUNTS']._serialized_end=1661
+  _globals['_RESOURCEAMOUNTS_CUSTOMENTRY']._serialized_start=1616
+  _globals['_RESOURCEAMOUNTS_CUSTOMENTRY']._serialized_end=1661
+  _globals['_NODERESOURCES']._serialized_start=1664
+  _globals['_NODERESOURCES']._serialized_end=1825
 # @@protoc_insertion_point(module_scope)

@@ -48,7 +48,7 @@ class Worker(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_id: _Optional[str] = ..., gpu_ids: _Optional[_Iterable[str]] = ..., warm: _Optional[bool] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("name", "spec", "job", "timeout", "resume_from", "state", "state_reason", "workers", "latest_metrics", "latest_checkpoint", "best_checkpoint", "create_time", "start_time", "end_time", "labels", "failure")
+    __slots__ = ("name", "spec", "job", "timeout", "resume_from", "state", "state_reason", "workers", "latest_metrics", "latest_checkpoint", "best_checkpoint", "create_time", "start_time", "end_time", "labels", "failure", "tenant")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,7 @@ class Run(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     name: str
     spec: _common_pb2.TrainingSpec
     job: str
@@ -88,7 +89,8 @@ class Run(_message.Message):
     end_time: _timestamp_pb2.Timestamp
     labels: _containers.ScalarMap[str, str]
     failure: _common_pb2.Failure
-    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.TrainingSpec, _Mapping]] = ..., job: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume_from: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., state_reason: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ..., latest_metrics: _Optional[_Union[_common_pb2.MetricsReport, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., best_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[_common_pb2.TrainingSpec, _Mapping]] = ..., job: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume_from: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., state: _Optional[_Union[RunState, str]] = ..., state_reason: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ..., latest_metrics: _Optional[_Union[_common_pb2.MetricsReport, _Mapping]] = ..., latest_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., best_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class RunStateChange(_message.Message):
     __slots__ = ("from_state", "to_state", "reason", "failure")

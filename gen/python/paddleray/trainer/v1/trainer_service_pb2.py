@@ -27,7 +27,7 @@ from paddleray.common.v1 import common_pb2 as paddleray_dot_common_dot_v1_dot_co
 from paddleray.trainer.v1 import run_pb2 as paddleray_dot_trainer_dot_v1_dot_run__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*paddleray/trainer/v1/trainer_service.proto\x12\x14paddleray.trainer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a paddleray/common/v1/common.proto\x1a\x1epaddleray/trainer/v1/run.proto\"\xc7\x02\n\x0fStartRunRequest\x12/\n\x04spec\x18\x01 \x01(\x0b\x32!.paddleray.common.v1.TrainingSpec\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0b\n\x03job\x18\x04 \x01(\t\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x0bresume_from\x18\x06 \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12\x41\n\x06labels\x18\x07 \x03(\x0b\x32\x31.paddleray.trainer.v1.StartRunRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x10StartRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.paddleray.trainer.v1.Run\"\x1d\n\rGetRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"8\n\x0eGetRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.paddleray.trainer.v1.Run\"u\n\x0fListRunsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12.\n\x06states\x18\x03 \x03(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x0b\n\x03job\x18\x04 \x01(\t\"T\n\x10ListRunsResponse\x12\'\n\x04runs\x18\x01 \x03(\x0b\x32\x19.paddleray.trainer.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"_\n\x0eStopRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0cgrace_period\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x03 \x01(\t\"9\n\x0fStopRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.paddleray.trainer.v1.Run\"7\n\x0fWatchRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"A\n\x10WatchRunResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.paddleray.trainer.v1.RunEvent\"a\n\x11GetRunLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\x04rank\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\ntail_lines\x18\x03 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x42\x07\n\x05_rank\"A\n\x12GetRunLogsResponse\x12+\n\x05lines\x18\x01 \x03(\x0b\x32\x1c.paddleray.common.v1.LogLine\"\x1c\n\x1aGetClusterResourcesRequest\"\xc1\x01\n\x1bGetClusterResourcesResponse\x12\x34\n\x05total\x18\x01 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts\x12\x38\n\tavailable\x18\x02 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts\x12\x32\n\x05nodes\x18\x03 \x03(\x0b\x32#.paddleray.trainer.v1.NodeResources2\xaf\x05\n\x0eTrainerService\x12Y\n\x08StartRun\x12%.paddleray.trainer.v1.StartRunRequest\x1a&.paddleray.trainer.v1.StartRunResponse\x12S\n\x06GetRun\x12#.paddleray.trainer.v1.GetRunRequest\x1a$.paddleray.trainer.v1.GetRunResponse\x12Y\n\x08ListRuns\x12%.paddleray.trainer.v1.ListRunsRequest\x1a&.paddleray.trainer.v1.ListRunsResponse\x12V\n\x07StopRun\x12$.paddleray.trainer.v1.StopRunRequest\x1a%.paddleray.trainer.v1.StopRunResponse\x12[\n\x08WatchRun\x12%.paddleray.trainer.v1.WatchRunRequest\x1a&.paddleray.trainer.v1.WatchRunResponse0\x01\x12\x61\n\nGetRunLogs\x12\'.paddleray.trainer.v1.GetRunLogsRequest\x1a(.paddleray.trainer.v1.GetRunLogsResponse0\x01\x12z\n\x13GetClusterResources\x12\x30.paddleray.trainer.v1.GetClusterResourcesRequest\x1a\x31.paddleray.trainer.v1.GetClusterResourcesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*paddleray/trainer/v1/trainer_service.proto\x12\x14paddleray.trainer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a paddleray/common/v1/common.proto\x1a\x1epaddleray/trainer/v1/run.proto\"\xd7\x02\n\x0fStartRunRequest\x12/\n\x04spec\x18\x01 \x01(\x0b\x32!.paddleray.common.v1.TrainingSpec\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0b\n\x03job\x18\x04 \x01(\t\x12*\n\x07timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x0bresume_from\x18\x06 \x01(\x0b\x32\x1f.paddleray.common.v1.Checkpoint\x12\x41\n\x06labels\x18\x07 \x03(\x0b\x32\x31.paddleray.trainer.v1.StartRunRequest.LabelsEntry\x12\x0e\n\x06tenant\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x10StartRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.paddleray.trainer.v1.Run\"\x1d\n\rGetRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"8\n\x0eGetRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.paddleray.trainer.v1.Run\"\x85\x01\n\x0fListRunsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12.\n\x06states\x18\x03 \x03(\x0e\x32\x1e.paddleray.trainer.v1.RunState\x12\x0b\n\x03job\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\"T\n\x10ListRunsResponse\x12\'\n\x04runs\x18\x01 \x03(\x0b\x32\x19.paddleray.trainer.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"_\n\x0eStopRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0cgrace_period\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x03 \x01(\t\"9\n\x0fStopRunResponse\x12&\n\x03run\x18\x01 \x01(\x0b\x32\x19.paddleray.trainer.v1.Run\"7\n\x0fWatchRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"A\n\x10WatchRunResponse\x12-\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1e.paddleray.trainer.v1.RunEvent\"a\n\x11GetRunLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\x04rank\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\ntail_lines\x18\x03 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x42\x07\n\x05_rank\"A\n\x12GetRunLogsResponse\x12+\n\x05lines\x18\x01 \x03(\x0b\x32\x1c.paddleray.common.v1.LogLine\"\x1c\n\x1aGetClusterResourcesRequest\"\xc1\x01\n\x1bGetClusterResourcesResponse\x12\x34\n\x05total\x18\x01 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts\x12\x38\n\tavailable\x18\x02 \x01(\x0b\x32%.paddleray.trainer.v1.ResourceAmounts\x12\x32\n\x05nodes\x18\x03 \x03(\x0b\x32#.paddleray.trainer.v1.NodeResources2\xaf\x05\n\x0eTrainerService\x12Y\n\x08StartRun\x12%.paddleray.trainer.v1.StartRunRequest\x1a&.paddleray.trainer.v1.StartRunResponse\x12S\n\x06GetRun\x12#.paddleray.trainer.v1.GetRunRequest\x1a$.paddleray.trainer.v1.GetRunResponse\x12Y\n\x08ListRuns\x12%.paddleray.trainer.v1.ListRunsRequest\x1a&.paddleray.trainer.v1.ListRunsResponse\x12V\n\x07StopRun\x12$.paddleray.trainer.v1.StopRunRequest\x1a%.paddleray.trainer.v1.StopRunResponse\x12[\n\x08WatchRun\x12%.paddleray.trainer.v1.WatchRunRequest\x1a&.paddleray.trainer.v1.WatchRunResponse0\x01\x12\x61\n\nGetRunLogs\x12\'.paddleray.trainer.v1.GetRunLogsRequest\x1a(.paddleray.trainer.v1.GetRunLogsResponse0\x01\x12z\n\x13GetClusterResources\x12\x30.paddleray.trainer.v1.GetClusterResourcesRequest\x1a\x31.paddleray.trainer.v1.GetClusterResourcesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,35 +37,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STARTRUNREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_STARTRUNREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_STARTRUNREQUEST']._serialized_start=167
-  _globals['_STARTRUNREQUEST']._serialized_end=494
-  _globals['_STARTRUNREQUEST_LABELSENTRY']._serialized_start=449
-  _globals['_STARTRUNREQUEST_LABELSENTRY']._serialized_end=494
-  _globals['_STARTRUNRESPONSE']._serialized_start=496
-  _globals['_STARTRUNRESPONSE']._serialized_end=554
-  _globals['_GETRUNREQUEST']._serialized_start=556
-  _globals['_GETRUNREQUEST']._serialized_end=585
-  _globals['_GETRUNRESPONSE']._serialized_start=587
-  _globals['_GETRUNRESPONSE']._serialized_end=643
-  _globals['_LISTRUNSREQUEST']._serialized_start=645
-  _globals['_LISTRUNSREQUEST']._serialized_end=762
-  _globals['_LISTRUNSRESPONSE']._serialized_start=764
-  _globals['_LISTRUNSRESPONSE']._serialized_end=848
-  _globals['_STOPRUNREQUEST']._serialized_start=850
-  _globals['_STOPRUNREQUEST']._serialized_end=945
-  _globals['_STOPRUNRESPONSE']._serialized_start=947
-  _globals['_STOPRUNRESPONSE']._serialized_end=1004
-  _globals['_WATCHRUNREQUEST']._serialized_start=1006
-  _globals['_WATCHRUNREQUEST']._serialized_end=1061
-  _globals['_WATCHRUNRESPONSE']._serialized_start=1063
-  _globals['_WATCHRUNRESPONSE']._serialized_end=1128
-  _globals['_GETRUNLOGSREQUEST']._serialized_start=1130
-  _globals['_GETRUNLOGSREQUEST']._serialized_end=1227
-  _globals['_GETRUNLOGSRESPONSE']._serialized_start=1229
-  _globals['_GETRUNLOGSRESPONSE']._serialized_end=1294
-  _globals['_GETCLUSTERRESOURCESREQUEST']._serialized_start=1296
-  _globals['_GETCLUSTERRESOURCESREQUEST']._serialized_end=1324
-  _globals['_GETCLUSTERRESOURCESRESPONSE']._serialized_start=1327
-  _globals['_GETCLUSTERRESOURCESRESPONSE']._serialized_end=1520
-  _globals['_TRAINERSERVICE']._serialized_start=1523
-  _globals['_TRAINERSERVICE']._serialized_end=2210
+  _globals['_STARTRUNREQUEST']._serialized_end=510
+  _globals['_STARTRUNREQUEST_LABELSENTRY']._serialized_start=465
+  _globals['_STARTRUNREQUEST_LABELSENTRY']._serialized_end=510
+  _globals['_STARTRUNRESPONSE']._serialized_start=512
+  _globals['_STARTRUNRESPONSE']._serialized_end=570
+  _globals['_GETRUNREQUEST']._serialized_start=572
+  _globals['_GETRUNREQUEST']._serialized_end=601
+  _globals['_GETRUNRESPONSE']._serialized_start=603
+  _globals['_GETRUNRESPONSE']._serialized_end=659
+  _globals['_LISTRUNSREQUEST']._serialized_start=662
+  _globals['_LISTRUNSREQUEST']._serialized_end=795
+  _globals['_LISTRUNSRESPONSE']._serialized_start=797
+  _globals['_LISTRUNSRESPONSE']._serialized_end=881
+  _globals['_STOPRUNREQUEST']._serialized_start=883
+  _globals['_STOPRUNREQUEST']._serialized_end=978
+  _globals['_STOPRUNRESPONSE']._serialized_start=980
+  _globals['_STOPRUNRESPONSE']._serialized_end=1037
+  _globals['_WATCHRUNREQUEST']._serialized_start=1039
+  _globals['_WATCHRUNREQUEST']._serialized_end=1094
+  _globals['_WATCHRUNRESPONSE']._serialized_start=1096
+  _globals['_WATCHRUNRESPONSE']._serialized_end=1161
+  _globals['_GETRUNLOGSREQUEST']._serialized_start=1163
+  _globals['_GETRUNLOGSREQUEST']._serialized_end=1260
+  _globals['_GETRUNLOGSRESPONSE']._serialized_start=1262
+  _globals['_GETRUNLOGSRESPONSE']._serialized_end=1327
+  _globals['_GETCLUSTERRESOURCESREQUEST']._serialized_start=1329
+  _globals['_GETCLUSTERRESOURCESREQUEST']._serialized_end=1357
+  _globals['_GETCLUSTERRESOURCESRESPONSE']._serialized_start=1360
+  _globals['_GETCLUSTERRESOURCESRESPONSE']._serialized_end=1553
+  _globals['_TRAINERSERVICE']._serialized_start=1556
+  _globals['_TRAINERSERVICE']._serialized_end=2243
 # @@protoc_insertion_point(module_scope)

@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("spec", "run_id", "request_id", "job", "timeout", "resume_from", "labels")
+    __slots__ = ("spec", "run_id", "request_id", "job", "timeout", "resume_from", "labels", "tenant")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class StartRunRequest(_message.Message):
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     spec: _common_pb2.TrainingSpec
     run_id: str
     request_id: str
@@ -34,7 +35,8 @@ class StartRunRequest(_message.Message):
     timeout: _duration_pb2.Duration
     resume_from: _common_pb2.Checkpoint
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, spec: _Optional[_Union[_common_pb2.TrainingSpec, _Mapping]] = ..., run_id: _Optional[str] = ..., request_id: _Optional[str] = ..., job: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume_from: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, spec: _Optional[_Union[_common_pb2.TrainingSpec, _Mapping]] = ..., run_id: _Optional[str] = ..., request_id: _Optional[str] = ..., job: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resume_from: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -55,16 +57,18 @@ class GetRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "states", "job")
+    __slots__ = ("page_size", "page_token", "states", "job", "tenant")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATES_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     states: _containers.RepeatedScalarFieldContainer[_run_pb2.RunState]
     job: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_run_pb2.RunState, str]]] = ..., job: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_run_pb2.RunState, str]]] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
     __slots__ = ("runs", "next_page_token")

@@ -27,6 +27,9 @@ if _version_not_supported:
 
 class TrainerServiceStub:
     """Runs Paddle training on the Ray cluster: one Ray actor per data-parallel rank.
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a run of
+    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
+    read-only credential gets PERMISSION_DENIED from StartRun and StopRun.
     """
 
     def __init__(self, channel):
@@ -74,6 +77,9 @@ class TrainerServiceStub:
 
 class TrainerServiceServicer:
     """Runs Paddle training on the Ray cluster: one Ray actor per data-parallel rank.
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a run of
+    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
+    read-only credential gets PERMISSION_DENIED from StartRun and StopRun.
     """
 
     def StartRun(self, request, context):
@@ -181,6 +187,9 @@ def add_TrainerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class TrainerService:
     """Runs Paddle training on the Ray cluster: one Ray actor per data-parallel rank.
+    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a run of
+    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
+    read-only credential gets PERMISSION_DENIED from StartRun and StopRun.
     """
 
     @staticmethod
