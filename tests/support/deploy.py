@@ -28,3 +28,14 @@ def pin(requirement_prefix: str, requirements: list[str]) -> str:
 
 def load_all(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def walk_strings(node) -> list[str]:
+    """Every string value in a parsed YAML document, at any depth."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in walk_strings(value)]
+    if isinstance(node, list):
+        return [s for item in node for s in walk_strings(item)]
+    return []
