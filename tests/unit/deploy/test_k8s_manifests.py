@@ -13,17 +13,12 @@ import pytest
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.trainer.settings import TrainerSettings
-from support.deploy import DEPLOY, load_all, pyproject, walk_strings
+from support.deploy import DEPLOY, load_all, pyproject, settings_from_env, walk_strings
 
 pytestmark = pytest.mark.unit
 
 SETTINGS = {"scheduler": SchedulerSettings, "trainer": TrainerSettings, "exporter": ExporterSettings}
 DRIVERS = ("trainer", "exporter")
-# Settings the manifests name before the service has them, each with where it comes from.
-# Checked as every other setting as soon as the field exists; remove the entry then.
-PENDING_SETTINGS = {
-    "PADDLERAY_EXPORTER_SERVING_GRPC_PORT": "the serving issue: the port Ray Serve's gRPC proxy listens on (9000)",
-}
 
 
 def _objects() -> list[dict]:
@@ -119,20 +114,10 @@ def test_services_run_their_console_script_with_probes_on_their_grpc_port(servic
 
 @pytest.mark.parametrize("service", sorted(SETTINGS))
 def test_env_vars_are_settings_fields_with_acceptable_values(service, monkeypatch):
-    settings_class = SETTINGS[service]
     prefix = f"PADDLERAY_{service.upper()}_"
-    env = _container(service)["env"]
-    for var in env:
-        if var["name"].startswith("PADDLERAY_"):
-            assert var["name"].startswith(prefix), var["name"]
-            field = var["name"][len(prefix):].lower()
-            if field not in settings_class.model_fields and var["name"] in PENDING_SETTINGS:
-                continue
-            assert field in settings_class.model_fields, var["name"]
-            # Secrets and pod fields are filled in by Kubernetes; a stand-in shows the type fits.
-            monkeypatch.setenv(var["name"], var.get("value", "from-kubernetes"))
-    settings = settings_class()
-    assert settings.port == int(next(v["value"] for v in env if v["name"] == f"{prefix}PORT"))
+    env = {var["name"]: var.get("value") for var in _container(service)["env"]}
+    settings = settings_from_env(SETTINGS[service], prefix, env, monkeypatch)
+    assert settings.port == int(env[f"{prefix}PORT"])
 
 
 def test_no_manifest_connects_through_ray_client():
