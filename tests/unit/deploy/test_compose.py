@@ -136,6 +136,7 @@ def test_drivers_join_the_cluster_at_the_heads_gcs_and_share_the_drivers_node():
         assert _flag(services[node]["command"], "address") == f"ray-head:{gcs_port}", node
     for name in ("trainer", "exporter"):
         assert services[name]["network_mode"] == "service:ray-drivers"
+        assert services[name]["ipc"] == "service:ray-drivers" and services["ray-drivers"]["ipc"] == "shareable"
         assert _env(services[name])[f"PADDLERAY_{name.upper()}_RAY_ADDRESS"] == f"ray-head:{gcs_port}"
         assert "ray-tmp:/tmp/ray" in services[name]["volumes"] and "ray-tmp:/tmp/ray" in services["ray-drivers"]["volumes"]
     scheduler = _env(services["scheduler"])

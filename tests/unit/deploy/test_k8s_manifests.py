@@ -142,11 +142,14 @@ def test_drivers_run_on_a_ray_node_and_reach_the_gcs_directly(service):
     assert host == f"{_raycluster()['metadata']['name']}-head-svc"  # the Service KubeRay creates
     gcs = {p["name"]: p["containerPort"] for c in cluster["headGroupSpec"]["template"]["spec"]["containers"] for p in c["ports"]}
     assert int(port) == gcs["gcs"]
-    # The driver reaches its node's raylet through files under /tmp/ray.
+    # The driver reaches its node's raylet through sockets under /tmp/ray, and its object
+    # store through /dev/shm: the same volumes as the Ray container's.
     [ray_container, *_] = group["template"]["spec"]["containers"]
     assert ray_container["name"] == "ray-worker"
     mounts = {m["mountPath"]: m["name"] for m in ray_container["volumeMounts"]}
-    assert {m["mountPath"]: m["name"] for m in _container(service)["volumeMounts"]}["/tmp/ray"] == mounts["/tmp/ray"]
+    driver_mounts = {m["mountPath"]: m["name"] for m in _container(service)["volumeMounts"]}
+    for path in ("/tmp/ray", "/dev/shm"):
+        assert driver_mounts[path] == mounts[path], path
 
 
 def test_port_names_are_unique_per_pod_and_valid():
