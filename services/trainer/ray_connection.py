@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -127,13 +128,18 @@ class RayConnection:
         while True:
             attempt += 1
             try:
+                # ray.init waits minutes for a GCS that is not there; a closed port is cheap to see.
+                if not await in_daemon_thread(self._gcs_port_open):
+                    raise _GcsClosed("the GCS port is closed")
                 self._marker = await in_daemon_thread(self._init)
                 break
             except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
                 self._problem = f"connect failed: {type(exc).__name__}: {exc}"[:300]
-                if attempt == 1:
+                closed = isinstance(exc, _GcsClosed)
+                if attempt == 1 or not closed:
                     log.warning("cannot connect to Ray at %s yet (%s); retrying", self.address, self._problem)
-                await in_daemon_thread(_shutdown_quietly)
+                if not closed:  # a failed ray.init may leave a half-made driver behind
+                    await in_daemon_thread(_shutdown_quietly)
                 await asyncio.sleep(self.retry_interval_s)
         self._owned = True
         log.info("connected to Ray at %s after %d attempt(s)", self.address, attempt)
@@ -183,6 +189,18 @@ class RayConnection:
             if self._on_change is not None:
                 self._on_change(connected)
 
+    def _gcs_port_open(self) -> bool:
+        """False when the address is a GCS host:port that refuses connections; True otherwise
+        (other address forms, such as 'auto' or 'ray://', are left to ray.init)."""
+        host, sep, port = self.address.rpartition(":")
+        if not sep or not port.isdigit() or "/" in host:
+            return True
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                return True
+        except OSError:
+            return False
+
     def _init(self) -> bytes:
         ray.init(address=self.address, namespace=self.namespace, log_to_driver=False)
         marker = uuid.uuid4().hex.encode()
@@ -198,6 +216,10 @@ class RayConnection:
         if found != self._marker:
             return "restarted"
         return "alive"
+
+
+class _GcsClosed(ConnectionError):
+    """Nothing listens on the GCS port yet (ray.init was not tried)."""
 
 
 def _gcs():
