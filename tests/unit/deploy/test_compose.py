@@ -147,6 +147,15 @@ def test_drivers_join_the_cluster_at_the_heads_gcs_and_share_the_drivers_node():
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"].startswith("${RAY_AUTH_TOKEN"), name
 
 
+def test_the_scheduler_shares_the_trainers_storage_and_allowlist():
+    scheduler, trainer = _env(_services()["scheduler"]), _env(_services()["trainer"])
+    assert scheduler["PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST"] == trainer["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"]
+    root = scheduler["PADDLERAY_SCHEDULER_STORAGE_ROOT"]
+    assert root == trainer["PADDLERAY_TRAINER_STORAGE_ROOT"] == _env(_services()["exporter"])["PADDLERAY_EXPORTER_STORAGE_ROOT"]
+    for name in ("scheduler", "trainer", "exporter", "ray-head", "ray-worker", "ray-drivers"):
+        assert f"storage:{root}" in _services()[name]["volumes"], name
+
+
 def test_the_serve_grpc_proxy_port_is_published_on_the_head():
     exporter = _env(_services()["exporter"])
     port = int(exporter["PADDLERAY_EXPORTER_SERVING_GRPC_PORT"])
