@@ -134,7 +134,9 @@ class RayConnection:
                 self._marker = await in_daemon_thread(self._init)
                 break
             except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
-                self._problem = f"connect failed: {type(exc).__name__}: {exc}"[:300]
+                # ray.init hides why behind "Failed to connect to Ray cluster": say the cause too.
+                cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
+                self._problem = f"connect failed: {type(exc).__name__}: {exc}{cause}"[:500]
                 closed = isinstance(exc, _GcsClosed)
                 if attempt == 1 or not closed:
                     log.warning("cannot connect to Ray at %s yet (%s); retrying", self.address, self._problem)
