@@ -79,13 +79,14 @@ def main() -> int:
     import ray
 
     ray.init()
-    probe = ray.remote(SharingProbe)
+    probe: Any = ray.remote(SharingProbe)
     # Both actors live (each with its CUDA context on the card) until the process ends.
-    trials = [probe.options(num_gpus=SHARE, num_cpus=1).remote(SHARE) for _ in range(2)]
-    total = ray.get(trials[0].caps.remote(0, 0))["total_mb"]
+    trials: list[Any] = [probe.options(num_gpus=SHARE, num_cpus=1).remote(SHARE) for _ in range(2)]
+    first: dict[str, Any] = ray.get(trials[0].caps.remote(0, 0))
+    total = first["total_mb"]
     # Each takes a quarter of the card, then reaches for 60 % (past its half).
     allocate, overreach = total // 4, int(total * 0.6)
-    reports = ray.get([t.caps.remote(allocate, overreach) for t in trials])
+    reports: list[dict[str, Any]] = ray.get([t.caps.remote(allocate, overreach) for t in trials])
     for report in reports:
         print(json.dumps(report), flush=True)
     found = problems(reports)

@@ -33,6 +33,7 @@ from typing import Any
 import ray
 
 from paddleray.services.common import errors
+from paddleray.services.trainer import ray_private
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,9 @@ def forbid_addressless_init(address: str) -> None:
     the switch behind RAY_ENABLE_AUTO_CONNECT=0, read once at import (too early to set
     through the environment here).
     """
-    from ray._private import auto_init_hook
-
     os.environ["RAY_ADDRESS"] = address
     os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
-    auto_init_hook.enable_auto_connect = False
+    ray_private.disable_auto_connect()
 
 
 async def in_daemon_thread(fn: Callable[[], Any]) -> Any:
@@ -225,7 +224,7 @@ class _GcsClosed(ConnectionError):
 
 
 def _gcs():
-    return ray._private.worker.global_worker.gcs_client
+    return ray_private.gcs_client()
 
 
 def _shutdown_quietly() -> None:
