@@ -89,14 +89,12 @@ class RayConnection:
         probe_interval_s: float = 1.0,
         lost_after_s: float = 10.0,
         retry_interval_s: float = 2.0,
-        on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self.address = address
         self.namespace = namespace
         self.probe_interval_s = probe_interval_s
         self.lost_after_s = lost_after_s
         self.retry_interval_s = retry_interval_s
-        self._on_change = on_change
         self._connected = False
         self._owned = False
         self._marker = b""
@@ -185,10 +183,7 @@ class RayConnection:
             await in_daemon_thread(_shutdown_quietly)
 
     def _set(self, connected: bool) -> None:
-        if connected != self._connected:
-            self._connected = connected
-            if self._on_change is not None:
-                self._on_change(connected)
+        self._connected = connected
 
     def _gcs_port_open(self) -> bool:
         """False when the address is a GCS host:port that refuses connections; True otherwise

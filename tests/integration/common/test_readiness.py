@@ -1,4 +1,4 @@
-"""Health follows a service's Readiness: NOT_SERVING until it says it can serve, and after."""
+"""A service's health: NOT_SERVING from the first moment, then whatever its readiness says."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from paddleray.services.common.readiness import Readiness
-from paddleray.services.common.server import start_server, stop_server
+from paddleray.services.common.server import _watch_readiness, start_server, stop_server
 from paddleray.services.common.settings import ServiceSettings
 
 pytestmark = pytest.mark.integration
@@ -18,8 +17,14 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-async def test_a_server_started_not_serving_follows_its_readiness_both_ways():
+async def test_a_server_started_not_serving_then_follows_its_readiness_both_ways():
     server = await start_server(ServiceSettings(port=0), [], serving=False)
+    ready = False
+
+    async def readiness() -> bool:
+        return ready
+
+    watcher = None
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
@@ -27,26 +32,23 @@ async def test_a_server_started_not_serving_follows_its_readiness_both_ways():
             async def status() -> int:
                 return (await health.Check(health_pb2.HealthCheckRequest(), timeout=5)).status
 
+            async def becomes(wanted: int) -> int:
+                for _ in range(500):  # the watcher polls every 10 ms
+                    if (now := await status()) == wanted:
+                        return now
+                    await asyncio.sleep(0.01)
+                return await status()
+
             # grpc's health servicer says SERVING by default: the status is set before the port opens.
             assert await status() == NOT_SERVING
-            readiness = Readiness()
-            await readiness.follow(server.set_serving)
+            watcher = asyncio.create_task(_watch_readiness(server, readiness, 0.01))
+            await asyncio.sleep(0.05)
             assert await status() == NOT_SERVING
-            readiness.set(True)
-            await _settled()
-            assert await status() == SERVING
-            readiness.set(False)
-            await _settled()
-            assert await status() == NOT_SERVING
-            readiness.unfollow(server.set_serving)
-            readiness.set(True)
-            await _settled()
-            assert await status() == NOT_SERVING, "an unfollowed server keeps its status"
+            ready = True
+            assert await becomes(SERVING) == SERVING
+            ready = False
+            assert await becomes(NOT_SERVING) == NOT_SERVING
     finally:
+        if watcher is not None:
+            watcher.cancel()
         await stop_server(server, 0)
-
-
-async def _settled() -> None:
-    """Lets the listeners Readiness.set scheduled run."""
-    for _ in range(3):
-        await asyncio.sleep(0)

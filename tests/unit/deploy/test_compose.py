@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_support import DEPLOY, REPO, pyproject, settings_from_env
+from support.deploy import DEPLOY, REPO, pyproject, settings_from_env
 
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.scheduler.settings import SchedulerSettings

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from deploy_support import DEPLOY
+from support.deploy import DEPLOY
 
 from paddleray.services.common.settings import ServiceSettings
 from paddleray.services.localstack.ports import free_port

@@ -214,7 +214,7 @@ def test_prometheus_config_keeps_only_the_services_metrics_ports():
 
 def _service_pods() -> dict[str, tuple[str, str]]:
     """service -> (its pod's component label, its metrics port name) from the manifests."""
-    from deploy_support import DEPLOY, load_all
+    from support.deploy import DEPLOY, load_all
 
     found = {}
     [scheduler] = [d for d in load_all(DEPLOY / "k8s" / "scheduler.yaml") if d["kind"] == "Deployment"]
