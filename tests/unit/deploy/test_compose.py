@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.deploy import DEPLOY, REPO, pyproject, settings_from_env
 
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.trainer.settings import TrainerSettings
+from support.deploy import DEPLOY, REPO, pyproject, settings_from_env
 
 pytestmark = pytest.mark.unit
 

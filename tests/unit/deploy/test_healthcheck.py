@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from support.deploy import DEPLOY
 
 from paddleray.services.common.settings import ServiceSettings
 from paddleray.services.localstack.ports import free_port
 from support import ServerThread
+from support.deploy import DEPLOY
 
 pytestmark = pytest.mark.unit
 
