@@ -90,11 +90,14 @@ def create_server(settings: ServiceSettings, services: Sequence[ServiceRegistrat
     return Server(grpc_server, port, health_servicer, names), port
 
 
-async def start_server(settings: ServiceSettings, services: Sequence[ServiceRegistration]) -> Server:
-    """create_server, started and reporting SERVING."""
+async def start_server(
+    settings: ServiceSettings, services: Sequence[ServiceRegistration], serving: bool = True
+) -> Server:
+    """create_server, started and reporting `serving` (grpc's health servicer says SERVING
+    until told otherwise, so the status is set before the port opens)."""
     server, _ = create_server(settings, services)
+    await server.set_serving(serving)
     await server.grpc_server.start()
-    await server.set_serving(True)
     return server
 
 
@@ -114,11 +117,13 @@ async def run_service(
 ) -> None:
     """Serves until SIGTERM or SIGINT, then shuts down gracefully.
 
-    With `readiness`, health reports SERVING only while it returns True (checked every
-    readiness_interval_s): a service whose dependencies are down says so.
+    The server starts NOT_SERVING. Without `readiness` it reports SERVING once `on_started`
+    has returned; with it, only while `readiness()` returns True (checked every
+    readiness_interval_s from the start): a service whose dependencies are down, or not yet
+    connected, says so.
     """
     configure_logging(service, settings.log_level, settings.log_json)
-    server = await start_server(settings, services)
+    server = await start_server(settings, services, serving=False)
     watcher = None
     if readiness is not None:
         await server.set_serving(await readiness())
@@ -128,6 +133,8 @@ async def run_service(
         log.info("metrics on http://%s:%d/metrics", settings.host, metrics_port)
     if on_started is not None:
         await on_started()
+    if readiness is None:
+        await server.set_serving(True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

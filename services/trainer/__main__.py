@@ -22,8 +22,14 @@ def registrations(trainer: Trainer) -> list[ServiceRegistration]:
 
 async def serve(settings: TrainerSettings) -> None:
     trainer = Trainer(settings)
-    # Connected to Ray before the port file appears, so a client that sees it can start runs.
-    await run_service("trainer", settings, registrations(trainer), on_started=trainer.start, on_shutdown=trainer.shutdown)
+    # Health says NOT_SERVING, and Ray-using RPCs answer UNAVAILABLE, until trainer.start has
+    # loaded earlier runs and connected to Ray (the port file appears only then), and again
+    # whenever the Ray cluster is lost, until the trainer has reconnected.
+    await run_service(
+        "trainer", settings, registrations(trainer),
+        on_started=trainer.start, on_shutdown=trainer.shutdown,
+        readiness=trainer.ready, readiness_interval_s=settings.ray_probe_interval_s,
+    )
 
 
 def main() -> None:

@@ -80,6 +80,7 @@ class RunExecutor:
         self._best: CheckpointInfo | None = None
         # Why the cluster can never place this run, while it waits for placement.
         self._unplaceable: str | None = None
+        self._lost = ""
         self.group: WorkerGroup | None = None
 
     def request_stop(self, state: RunState, reason: str, grace_s: float) -> None:
@@ -87,6 +88,16 @@ class RunExecutor:
             self._stop = StopRequest(state, reason, grace_s)
             self._registry.transition(self.run_id, RunState.STOPPING, reason)
             self._stop_asked.set()
+
+    def abandon(self, reason: str) -> None:
+        """Marks the run as lost with its Ray cluster; the caller then cancels run().
+
+        The run ends FAILED with `reason` (a stop asked earlier still decides the state), and
+        its group is not kept warm: its actors are gone.
+        """
+        self._lost = reason
+        if self.group is not None:
+            self.group.alive = False
 
     async def run(self) -> None:
         created = time.monotonic()
@@ -113,6 +124,9 @@ class RunExecutor:
             state, reason, failure, reusable = await self._supervise(group)
             self._end(state, reason, failure)
         except asyncio.CancelledError:
+            if self._lost:  # its actors ended with the cluster: a retry starts them anew
+                self._end(RunState.FAILED, self._lost, Failure(FailureKind.WORKER_LOST, self._lost))
+                return
             reason = "" if self._stop else "the trainer shut down"
             self._end(RunState.STOPPED, reason, Failure(FailureKind.STOPPED, reason or "stopped"))
             raise

@@ -124,6 +124,12 @@ class WorkerPool:
         while self.evict_oldest():
             pass
 
+    def forget(self) -> None:
+        """Drops every idle group without calling Ray: their cluster is gone, and with it
+        their actors and reservations."""
+        self._idle.clear()
+        metrics.POOL_IDLE_GROUPS.set(0)
+
     def _take_idle(self, spec: GroupSpec) -> WorkerGroup | None:
         # Most recently used first: it is the least likely to be reaped.
         for idle in reversed(self._idle):

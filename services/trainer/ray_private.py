@@ -1,4 +1,4 @@
-"""The two Ray private APIs the trainer needs, in one place, so a Ray upgrade that moves them
+"""The Ray private APIs the trainer needs, in one place, so a Ray upgrade that moves them
 fails one test (tests/unit/trainer/test_ray_private.py) instead of a run at dispatch time.
 
 - available_resources_per_node: what each node has free; Ray's public API gives only the
@@ -7,7 +7,12 @@ fails one test (tests/unit/trainer/test_ray_private.py) instead of a run at disp
 - upload_working_dir_if_needed: ships a local working_dir to the GCS and names it by URI. Ray
   takes local directories only in a job's runtime env (ray.init); an actor's runtime env must
   name a URI, so the trainer packages the directory the way ray.init would.
-Both are imported when called: importing this module never touches Ray's internals.
+- disable_auto_connect: turns off Ray's auto-init hook (the switch behind
+  RAY_ENABLE_AUTO_CONNECT=0, which Ray reads once at import, too early for the trainer to
+  set it), so a Ray API used before ray.init fails instead of attaching to any cluster.
+- gcs_client: the connected driver's GCS client, whose key-value calls take a timeout
+  (ray.experimental.internal_kv's do not), for the trainer's liveness probe of its cluster.
+All are imported when called: importing this module never touches Ray's internals.
 """
 
 from __future__ import annotations
@@ -31,3 +36,17 @@ def upload_working_dir(runtime_env: dict[str, Any]) -> dict[str, Any]:
     from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
 
     return upload_working_dir_if_needed(dict(runtime_env), include_gitignore=True, logger=log)
+
+
+def disable_auto_connect() -> None:
+    from ray._private import auto_init_hook
+
+    auto_init_hook.enable_auto_connect = False
+
+
+def gcs_client() -> Any:
+    """The GCS client of this process's Ray connection (ray.init must have run)."""
+    from ray._private import worker
+
+    driver: Any = worker.global_worker
+    return driver.gcs_client

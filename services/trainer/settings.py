@@ -12,7 +12,18 @@ from paddleray.services.common.settings import ServiceSettings
 class TrainerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="PADDLERAY_TRAINER_", extra="ignore")
 
-    ray_address: str = Field("auto", description="Ray cluster to drive ('auto', 'ray://...', or 'local').")
+    ray_address: str = Field(
+        "auto",
+        description="Ray cluster to drive: the GCS host:port (the trainer runs on a Ray node), 'auto', "
+        "'local', or 'ray://host:10001' (Ray Client, a fallback only).",
+    )
+    ray_probe_interval_s: float = Field(1.0, gt=0, description="How often the trainer checks that its Ray cluster answers.")
+    # Ray itself ends a driver whose GCS has been gone for 60 s: let go of the cluster well before.
+    ray_lost_after_s: float = Field(
+        10.0, gt=0, le=45,
+        description="A cluster that does not answer for this long is lost: its runs fail and the trainer reconnects.",
+    )
+    ray_retry_interval_s: float = Field(2.0, gt=0, description="Wait between attempts to connect to Ray.")
     entrypoint_allowlist: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALLOWLIST),
         description="Module prefixes whose functions runs may call; modules inside a run's own uploaded "

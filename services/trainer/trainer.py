@@ -24,6 +24,7 @@ from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
 from paddleray.services.trainer.logs import LogLine, LogReader, next_batch
 from paddleray.services.trainer.pool import WorkerPool
+from paddleray.services.trainer.ray_connection import RayConnection
 from paddleray.services.trainer.records import RunEvent, RunState
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.spec import run_spec
@@ -80,18 +81,34 @@ class Trainer:
             init_timeout_s=settings.collective_init_timeout_s,
         )
         self._executors: dict[str, RunExecutor] = {}
+        self._run_tasks: dict[str, asyncio.Task] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._loaded = False
+        self.ray_connection = RayConnection(
+            settings.ray_address,
+            namespace="paddleray",
+            probe_interval_s=settings.ray_probe_interval_s,
+            lost_after_s=settings.ray_lost_after_s,
+            retry_interval_s=settings.ray_retry_interval_s,
+        )
 
     async def start(self) -> None:
-        """Connects to Ray (unless this process already is a driver) and loads earlier runs."""
-        if not ray.is_initialized():
-            await asyncio.to_thread(
-                ray.init, address=self.settings.ray_address, namespace="paddleray", log_to_driver=False
-            )
+        """Loads earlier runs, then connects to Ray; returns once the trainer can serve.
+
+        Until then every RPC answers UNAVAILABLE (reads too: a run list without the earlier
+        runs would be wrong, and a run accepted before loading would be failed by it).
+        """
+        self.load_runs()
+        await self.ray_connection.connect()
+        self._spawn(self.pool.run_reaper())
+        self._spawn(self.ray_connection.watch(self._on_ray_lost))
+
+    def load_runs(self) -> None:
+        """Reads the runs an earlier trainer left (active ones end FAILED: their actors are gone)."""
         loaded = self.registry.load()
+        self._loaded = True
         if loaded:
             log.info("loaded %d earlier runs from %s", loaded, self.storage_root)
-        self._spawn(self.pool.run_reaper())
 
     async def shutdown(self) -> None:
         """Ends active runs as STOPPED and frees every actor the trainer holds."""
@@ -105,6 +122,25 @@ class Trainer:
         # Let each run record its end before the process goes.
         await asyncio.gather(*tasks, return_exceptions=True)
         self.pool.shutdown()
+        await self.ray_connection.close()
+
+    async def ready(self) -> bool:
+        """What health reports: SERVING only once earlier runs are loaded and Ray is connected."""
+        return self._loaded and self.ray_connection.connected
+
+    async def _on_ray_lost(self, reason: str) -> None:
+        """Fails the runs on the lost cluster without calling Ray (its GCS is gone)."""
+        self.pool.forget()
+        lost = [(executor, self._run_tasks.get(run_id)) for run_id, executor in self._executors.items()]
+        for executor, task in lost:
+            executor.abandon(reason)
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(task for _, task in lost if task is not None), return_exceptions=True)
+
+    def _require_loaded(self) -> None:
+        if not self._loaded:
+            raise errors.Unavailable("the trainer is starting: earlier runs are not loaded yet")
 
     async def start_run(
         self,
@@ -117,6 +153,8 @@ class Trainer:
         labels: dict[str, str] | None = None,
         tenant: str = "default",
     ) -> runs.RunRecord:
+        self._require_loaded()
+        self.ray_connection.require()
         if len(request_id) > _MAX_REQUEST_ID:
             raise errors.InvalidArgument("request_id", f"must be at most {_MAX_REQUEST_ID} characters")
         if request_id and (earlier := self.registry.by_request_id(request_id)) is not None:
@@ -152,16 +190,18 @@ class Trainer:
             poll_timeout_s=self.settings.poll_timeout_s, timeout_grace_s=self.settings.stop_grace_s,
         )
         self._executors[run_id] = executor
-        self._spawn(self._execute(executor))
+        self._run_tasks[run_id] = self._spawn(self._execute(executor))
         return record
 
     def get_run(self, name: str) -> runs.RunRecord:
+        self._require_loaded()
         return self.registry.get(parse_run_name(name))
 
     def list_runs(
         self, page_size: int = 0, page_token: str = "", states: Sequence[RunState] = (), job: str = "",
         tenant: str = "",
     ) -> tuple[list[runs.RunRecord], str]:
+        self._require_loaded()
         size = paging.page_size(page_size)
         filters = {"states": [s.value for s in states], "job": job, "tenant": tenant}
         records = sorted(self.registry.all(), key=lambda r: (r.create_time, r.run_id), reverse=True)
@@ -187,6 +227,7 @@ class Trainer:
         return record
 
     def watch(self, name: str, after_sequence: int = 0) -> AsyncIterator[RunEvent]:
+        self._require_loaded()
         run_id = parse_run_name(name)
         self.registry.get(run_id)
         if after_sequence < 0:
@@ -216,6 +257,7 @@ class Trainer:
                 yield batch
 
     async def cluster_resources(self) -> ClusterResources:
+        self.ray_connection.require()
         try:
             total, available, nodes, per_node = await asyncio.to_thread(_ray_resources)
         except Exception as exc:  # noqa: BLE001 - any failure to reach Ray
@@ -243,16 +285,18 @@ class Trainer:
         executor = self._executors.get(parse_run_name(name))
         return executor.group if executor is not None else None
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _execute(self, executor: RunExecutor) -> None:
         try:
             await executor.run()
         finally:
             self._executors.pop(executor.run_id, None)
+            self._run_tasks.pop(executor.run_id, None)
 
 
 async def _batches(lines: Iterator[LogLine]) -> AsyncIterator[list[LogLine]]:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -122,6 +123,12 @@ class WorkerGroup:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
         if self.placement is not None:
-            with contextlib.suppress(Exception):
-                remove_placement_group(self.placement)
+            # A GCS call: it blocks for up to a minute while the head is down (a dead actor
+            # is how a head restart first shows), so it never runs on the event loop.
+            threading.Thread(target=_remove_quietly, args=(self.placement,), daemon=True).start()
         log.info("worker group %d killed (%d actors)", self.id, len(self.actors))
+
+
+def _remove_quietly(placement: PlacementGroup) -> None:
+    with contextlib.suppress(Exception):
+        remove_placement_group(placement)

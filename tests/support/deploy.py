@@ -28,3 +28,37 @@ def pin(requirement_prefix: str, requirements: list[str]) -> str:
 
 def load_all(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def walk_strings(node) -> list[str]:
+    """Every string value in a parsed YAML document, at any depth."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in walk_strings(value)]
+    if isinstance(node, list):
+        return [s for item in node for s in walk_strings(item)]
+    return []
+
+
+# Settings the manifests name before the service has them, each with where it comes from.
+# Checked as every other setting as soon as the field exists; remove the entry then.
+PENDING_SETTINGS = {
+    "PADDLERAY_EXPORTER_SERVING_GRPC_PORT": "the serving issue: the port Ray Serve's gRPC proxy listens on (9000)",
+}
+
+
+def settings_from_env(settings_class, prefix: str, env: dict[str, str | None], monkeypatch):
+    """Builds the settings a container's environment gives, after checking that every
+    PADDLERAY_ variable is a field of them (values None: filled in by the platform)."""
+    for name, value in env.items():
+        if not name.startswith("PADDLERAY_"):
+            continue
+        assert name.startswith(prefix), name
+        field = name[len(prefix):].lower()
+        if field not in settings_class.model_fields and name in PENDING_SETTINGS:
+            continue
+        assert field in settings_class.model_fields, name
+        # Secrets and pod fields are filled in by the platform; a stand-in shows the type fits.
+        monkeypatch.setenv(name, "from-the-platform" if value is None else value)
+    return settings_class()

@@ -115,15 +115,16 @@ def test_checkpoint_retention_and_best_checkpoint(client, tmp_path):
     assert kept == sorted({Path(done.latest_checkpoint.uri).name, Path(best.uri).name})
 
 
-def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer):
+def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer, tmp_path):
     from paddleray.services.trainer.settings import TrainerSettings
     from paddleray.services.trainer.trainer import Trainer
 
-    own = Trainer(TrainerSettings(storage_root=trainer.settings.storage_root, entrypoint_allowlist=trainer.settings.entrypoint_allowlist))
+    own = Trainer(TrainerSettings(storage_root=tmp_path, entrypoint_allowlist=trainer.settings.entrypoint_allowlist))
     # The module's trainer cannot know that this one waits for its idle groups' CPUs.
     trainer.pool.shutdown()
 
     async def scenario():
+        await own.start()  # this process is the Ray driver already: the trainer adopts it
         record = await own.start_run(client.spec("ignore_stop"))
         while record.state != RunState.RUNNING:
             await asyncio.sleep(0.05)
@@ -145,15 +146,16 @@ def _waiting_placement_groups(cpus: float) -> set[str]:
     }
 
 
-def test_an_unplaceable_run_says_what_it_lacks_and_shutdown_frees_its_reservation(client, trainer):
+def test_an_unplaceable_run_says_what_it_lacks_and_shutdown_frees_its_reservation(client, trainer, tmp_path):
     from paddleray.services.trainer.settings import TrainerSettings
     from paddleray.services.trainer.trainer import Trainer
 
-    own = Trainer(TrainerSettings(storage_root=trainer.settings.storage_root, entrypoint_allowlist=trainer.settings.entrypoint_allowlist))
+    own = Trainer(TrainerSettings(storage_root=tmp_path, entrypoint_allowlist=trainer.settings.entrypoint_allowlist))
     spec = client.spec("hello")
     spec.resources_per_worker.num_cpus = 48  # more than the cluster has: it waits for placement
 
     async def scenario():
+        await own.start()  # this process is the Ray driver already: the trainer adopts it
         record = await own.start_run(spec)
         while "48 CPU" not in record.state_reason:
             await asyncio.sleep(0.1)
@@ -170,7 +172,7 @@ def test_an_unplaceable_run_says_what_it_lacks_and_shutdown_frees_its_reservatio
     assert len(waiting) == 1
     assert record.state == "STOPPED"
     assert left == set(), "the pending placement group is removed at shutdown"
-    reloaded = json.loads((trainer.settings.storage_root / "runs" / record.run_id / "run.json").read_text())
+    reloaded = json.loads((own.settings.storage_root / "runs" / record.run_id / "run.json").read_text())
     assert reloaded["state"] == "STOPPED"
 
 

@@ -1,9 +1,9 @@
-"""deploy/k8s: the services' Deployments and Services hang together and configure real settings.
+"""deploy/k8s and the drivers in deploy/kuberay hang together and configure real settings.
 
 Kubernetes cannot run here; what can drift is checked: selectors and labels, probes on the
 gRPC port (every paddleray server answers grpc.health.v1), commands that are console
-scripts of the package, and environment variables that are fields of the service's settings
-with values those settings accept.
+scripts of the package, environment variables that are fields of the service's settings
+with values those settings accept, and that no driver goes through Ray Client.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import pytest
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.trainer.settings import TrainerSettings
-from support.deploy import DEPLOY, load_all, pyproject
+from support.deploy import DEPLOY, load_all, pyproject, settings_from_env, walk_strings
 
 pytestmark = pytest.mark.unit
 
 SETTINGS = {"scheduler": SchedulerSettings, "trainer": TrainerSettings, "exporter": ExporterSettings}
+DRIVERS = ("trainer", "exporter")
 
 
 def _objects() -> list[dict]:
@@ -28,8 +29,25 @@ def _by_kind(kind: str) -> dict[str, dict]:
     return {doc["metadata"]["name"]: doc for doc in _objects() if doc["kind"] == kind}
 
 
+def _raycluster() -> dict:
+    [cluster] = load_all(DEPLOY / "kuberay" / "raycluster.yaml")
+    return cluster
+
+
+def _drivers_group() -> dict:
+    [group] = [g for g in _raycluster()["spec"]["workerGroupSpecs"] if g["groupName"] == "drivers"]
+    return group
+
+
+def _pod_template(service: str) -> dict:
+    """The pod template a service's container is in: its Deployment's, or the drivers group's."""
+    if service in DRIVERS:
+        return _drivers_group()["template"]
+    return _by_kind("Deployment")[f"paddleray-{service}"]["spec"]["template"]
+
+
 def _container(service: str) -> dict:
-    [container] = _by_kind("Deployment")[f"paddleray-{service}"]["spec"]["template"]["spec"]["containers"]
+    [container] = [c for c in _pod_template(service)["spec"]["containers"] if c["name"] == service]
     return container
 
 
@@ -53,14 +71,42 @@ def test_workloads_select_their_own_pods_and_have_a_service(kind):
             assert port["targetPort"] in ports, (name, port)
 
 
+@pytest.mark.parametrize("service", DRIVERS)
+def test_the_drivers_services_select_the_drivers_pod_and_its_ports(service):
+    spec = _by_kind("Service")[f"paddleray-{service}"]["spec"]
+    template = _pod_template(service)
+    assert spec["selector"].items() <= template["metadata"]["labels"].items()
+    ports = {p["name"]: p["containerPort"] for p in _container(service)["ports"]}
+    for port in spec["ports"]:
+        assert port["targetPort"] in ports, port
+        assert port["port"] == ports[port["targetPort"]], "the Service keeps the container's port numbers"
+
+
+def test_the_inference_service_exposes_the_serve_grpc_proxy_on_the_head():
+    spec = _by_kind("Service")["paddleray-inference"]["spec"]
+    head = _raycluster()["spec"]["headGroupSpec"]["template"]
+    assert spec["selector"].items() <= head["metadata"]["labels"].items()
+    [port] = spec["ports"]
+    head_ports = {p["name"]: p["containerPort"] for c in head["spec"]["containers"] for p in c["ports"]}
+    env = {e["name"]: e.get("value") for e in _container("exporter")["env"]}
+    assert head_ports[port["targetPort"]] == port["port"] == int(env["PADDLERAY_EXPORTER_SERVING_GRPC_PORT"])
+    assert port["appProtocol"] == "grpc"
+
+
 @pytest.mark.parametrize("service", sorted(SETTINGS))
-def test_services_run_their_console_script_with_grpc_probes_on_their_port(service):
+def test_services_run_their_console_script_with_probes_on_their_grpc_port(service):
     container = _container(service)
     assert container["command"] == [f"paddleray-{service}"]
     assert f"paddleray-{service}" in pyproject()["project"]["scripts"]
-    [grpc_port] = [p["containerPort"] for p in container["ports"] if p["name"] == "grpc"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["grpc"]["port"] == grpc_port, probe
+    [grpc_port] = [p["containerPort"] for p in container["ports"] if p["name"].endswith("grpc")]
+    # Ready = gRPC health SERVING; every probe is on the service's own port.
+    assert container["readinessProbe"]["grpc"]["port"] == grpc_port
+    for probe in ("startupProbe", "livenessProbe"):
+        [(kind, target)] = [(k, v) for k, v in container[probe].items() if k in ("grpc", "tcpSocket")]
+        assert target["port"] == grpc_port, probe
+        if service in DRIVERS:
+            # NOT_SERVING while Ray is away must not get a reconnecting driver restarted.
+            assert kind == "tcpSocket", probe
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert int(env[f"PADDLERAY_{service.upper()}_PORT"]) == grpc_port
     assert env[f"PADDLERAY_{service.upper()}_HOST"] == "0.0.0.0"
@@ -68,17 +114,52 @@ def test_services_run_their_console_script_with_grpc_probes_on_their_port(servic
 
 @pytest.mark.parametrize("service", sorted(SETTINGS))
 def test_env_vars_are_settings_fields_with_acceptable_values(service, monkeypatch):
-    settings_class = SETTINGS[service]
     prefix = f"PADDLERAY_{service.upper()}_"
-    env = _container(service)["env"]
-    for var in env:
-        if var["name"].startswith("PADDLERAY_"):
-            assert var["name"].startswith(prefix), var["name"]
-            assert var["name"][len(prefix):].lower() in settings_class.model_fields, var["name"]
-            # Secrets and pod fields are filled in by Kubernetes; a stand-in shows the type fits.
-            monkeypatch.setenv(var["name"], var.get("value", "from-kubernetes"))
-    settings = settings_class()
-    assert settings.port == int(next(v["value"] for v in env if v["name"] == f"{prefix}PORT"))
+    env = {var["name"]: var.get("value") for var in _container(service)["env"]}
+    settings = settings_from_env(SETTINGS[service], prefix, env, monkeypatch)
+    assert settings.port == int(env[f"{prefix}PORT"])
+
+
+def test_no_manifest_connects_through_ray_client():
+    """Ray Client (ray://) is a documented fallback only: no value in any manifest uses it."""
+    paths = [*sorted((DEPLOY / "k8s").glob("*.yaml")), *sorted((DEPLOY / "kuberay").glob("*.yaml")),
+             *sorted((DEPLOY / "compose").glob("*.yaml"))]
+    assert len(paths) > 5
+    for path in paths:
+        for doc in load_all(path):
+            for value in walk_strings(doc):
+                assert "ray://" not in value, f"{path.name}: {value}"
+
+
+@pytest.mark.parametrize("service", DRIVERS)
+def test_drivers_run_on_a_ray_node_and_reach_the_gcs_directly(service):
+    cluster = _raycluster()["spec"]
+    group = _drivers_group()
+    assert group["rayStartParams"]["num-cpus"] == "0" and group["rayStartParams"]["num-gpus"] == "0"
+    assert group["minReplicas"] == group["replicas"] == group["maxReplicas"] == 1
+    env = {e["name"]: e.get("value") for e in _container(service)["env"]}
+    host, port = env[f"PADDLERAY_{service.upper()}_RAY_ADDRESS"].split(":")
+    assert host == f"{_raycluster()['metadata']['name']}-head-svc"  # the Service KubeRay creates
+    gcs = {p["name"]: p["containerPort"] for c in cluster["headGroupSpec"]["template"]["spec"]["containers"] for p in c["ports"]}
+    assert int(port) == gcs["gcs"]
+    # The driver reaches its node's raylet through sockets under /tmp/ray, and its object
+    # store through /dev/shm: the same volumes as the Ray container's.
+    [ray_container, *_] = group["template"]["spec"]["containers"]
+    assert ray_container["name"] == "ray-worker"
+    mounts = {m["mountPath"]: m["name"] for m in ray_container["volumeMounts"]}
+    driver_mounts = {m["mountPath"]: m["name"] for m in _container(service)["volumeMounts"]}
+    for path in ("/tmp/ray", "/dev/shm"):
+        assert driver_mounts[path] == mounts[path], path
+
+
+def test_port_names_are_unique_per_pod_and_valid():
+    templates = [w["spec"]["template"] for kind in ("Deployment", "StatefulSet") for w in _by_kind(kind).values()]
+    cluster = _raycluster()["spec"]
+    templates += [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
+    for template in templates:
+        names = [p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])]
+        assert len(names) == len(set(names)), names
+        assert all(len(n) <= 15 for n in names), names  # an IANA_SVC_NAME
 
 
 def test_the_scheduler_reaches_the_trainer_service_and_storage_is_shared():
@@ -87,10 +168,11 @@ def test_the_scheduler_reaches_the_trainer_service_and_storage_is_shared():
     trainer_service = _by_kind("Service")[host]
     assert int(port) in {p["port"] for p in trainer_service["spec"]["ports"]}
     claims = set(_by_kind("PersistentVolumeClaim"))
-    for service in ("scheduler", "trainer", "exporter"):  # the scheduler stores code packages there
-        deployment = _by_kind("Deployment")[f"paddleray-{service}"]
-        volumes = deployment["spec"]["template"]["spec"]["volumes"]
-        assert {v["persistentVolumeClaim"]["claimName"] for v in volumes} <= claims
+    # The scheduler stores uploaded code packages there; the drivers read them and write runs.
+    scheduler_volumes = _by_kind("Deployment")["paddleray-scheduler"]["spec"]["template"]["spec"]["volumes"]
+    volumes = [*scheduler_volumes, *_drivers_group()["template"]["spec"]["volumes"]]
+    assert {v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v} <= claims
+    for service in ("scheduler", *DRIVERS):
         env = {e["name"]: e.get("value") for e in _container(service)["env"]}
         mounts = {m["mountPath"] for m in _container(service)["volumeMounts"]}
         assert env[f"PADDLERAY_{service.upper()}_STORAGE_ROOT"] in mounts

@@ -146,5 +146,59 @@ def test_rayjob_smoke_test_asks_for_a_gpu_on_gpu_workers():
 def test_every_ray_container_exposes_the_metrics_port_prometheus_scrapes():
     cluster = _doc("raycluster.yaml")["spec"]
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
-        for container in _containers(group):
-            assert {"name": "metrics", "containerPort": 8080} in container["ports"], container["name"]
+        # KubeRay runs Ray in the first container; the drivers pod has the services after it.
+        ray_container = _containers(group)[0]
+        assert ray_container["name"] in ("ray-head", "ray-worker")
+        assert {"name": "metrics", "containerPort": 8080} in ray_container["ports"], ray_container["name"]
+
+
+def _groups() -> dict[str, dict]:
+    return {g["groupName"]: g for g in _doc("raycluster.yaml")["spec"]["workerGroupSpecs"]}
+
+
+def test_gpu_groups_give_whole_gpus_mps_or_device_plugin_shares():
+    groups = _groups()
+    for name in ("gpu", "gpu-mps"):
+        [worker] = _containers(groups[name])
+        assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1", name
+        assert groups[name]["rayStartParams"] == {}, "KubeRay derives num-gpus from the limit"
+    # MPS in the pod: the daemon starts with the container, every CUDA process of the pod
+    # finds it through the pipe directory, which the container mounts.
+    [mps] = _containers(groups["gpu-mps"])
+    env = {e["name"]: e["value"] for e in mps["env"] if "value" in e}
+    assert "nvidia-cuda-mps-control -d" in " ".join(mps["lifecycle"]["postStart"]["exec"]["command"])
+    assert "quit" in " ".join(mps["lifecycle"]["preStop"]["exec"]["command"])
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] in {m["mountPath"] for m in mps["volumeMounts"]}
+    assert "compute" in env["NVIDIA_DRIVER_CAPABILITIES"]
+    # Device-plugin sharing: a share of a card per pod, declared to Ray as one GPU, on nodes
+    # whose plugin runs one of the sharing configs of deploy/k8s/gpu-sharing.yaml.
+    shared = groups["gpu-shared"]
+    [worker] = _containers(shared)
+    assert worker["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
+    assert "nvidia.com/gpu" not in worker["resources"]["limits"]
+    assert shared["rayStartParams"]["num-gpus"] == "1"
+    [sharing] = load_all(DEPLOY / "k8s" / "gpu-sharing.yaml")
+    configs = {name: yaml.safe_load(text) for name, text in sharing["data"].items()}
+    assert shared["template"]["spec"]["nodeSelector"]["nvidia.com/device-plugin.config"] in configs
+    strategies = set()
+    for config in configs.values():
+        [(strategy, spec)] = config["sharing"].items()
+        strategies.add(strategy)
+        assert spec["renameByDefault"] is True, "shares are advertised as nvidia.com/gpu.shared"
+        [resource] = spec["resources"]
+        assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] >= 2
+    assert strategies == {"mps", "timeSlicing"}
+
+
+def test_the_gpu_sharing_smoke_job_runs_two_half_gpu_trials_on_one_card():
+    from paddleray.services.trainer import gpu_sharing_smoke
+
+    job = _doc("rayjob-gpu-sharing.yaml")["spec"]
+    assert job["entrypoint"] == f"python -m {gpu_sharing_smoke.__name__}"
+    assert job["shutdownAfterJobFinishes"] is True
+    [gpu] = job["rayClusterSpec"]["workerGroupSpecs"]
+    assert gpu["replicas"] == gpu["maxReplicas"] == 1, "one card for both trials"
+    [worker] = _containers(gpu)
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert "paddleray-gpu" in worker["image"]
+    assert gpu_sharing_smoke.SHARE == 0.5

@@ -32,3 +32,18 @@ def test_a_runtime_env_without_a_working_dir_passes_through_untouched():
 
     env = {"env_vars": {"A": "1"}}
     assert ray_private.upload_working_dir(env) == env
+
+
+def test_the_auto_connect_switch_is_where_ray_private_sets_it():
+    from ray._private import auto_init_hook
+
+    assert isinstance(auto_init_hook.enable_auto_connect, bool)
+
+
+@pytest.mark.integration
+def test_the_drivers_gcs_client_answers_key_value_calls_with_a_timeout(ray_cluster):
+    from paddleray.services.trainer import ray_private
+
+    client = ray_private.gcs_client()
+    client.internal_kv_put(b"ray-private-test", b"1", True, b"paddleray", timeout=10)
+    assert client.internal_kv_get(b"ray-private-test", b"paddleray", timeout=10) == b"1"

@@ -17,6 +17,8 @@ async def test_concurrent_retries_of_one_request_make_one_run(tmp_path):
     (tmp_path / "data.csv").write_text("x,y\n1,2\n")
     trainer = Trainer(TrainerSettings(storage_root=tmp_path, entrypoint_allowlist=["pkg"]))
     trainer._spawn = lambda coro: coro.close()  # records only: no worker group is started
+    trainer.load_runs()
+    trainer.ray_connection.adopt()  # nothing here calls Ray: the run's execution is not started
     spec = common_pb2.TrainingSpec(
         entrypoint="pkg.mod:main", datasets=[common_pb2.Dataset(name="train", uri="data.csv")]
     )

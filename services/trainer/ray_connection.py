@@ -1,0 +1,229 @@
+"""The trainer's connection to its Ray cluster: connect, watch, reconnect after a head restart.
+
+Three facts of Ray 2.60 shape this (measured on a local head that was stopped and started):
+- A Ray API called before `ray.init` auto-initialises with *no* address, which attaches to
+  whatever /tmp/ray/ray_current_cluster names (a dead earlier head, someone else's cluster).
+  So the configured address is put in RAY_ADDRESS and auto-connect is turned off, and every
+  Ray use asks `require()` first, which answers UNAVAILABLE while not connected.
+- While the GCS is down, `ray.init` and GCS calls such as `remove_placement_group` block (for
+  up to a minute), and after 60 s without its GCS Ray exits the driver process. So Ray is
+  only ever waited on in daemon threads, never on the event loop, and a lost cluster is
+  let go (`ray.shutdown()`, which returns in about 5 s then) well within that minute.
+- A driver survives its head going away: after `ray.shutdown()` the same process can
+  `ray.init` the restarted head. Actors of the old cluster are gone (without GCS fault
+  tolerance a head restart ends every actor), so runs active at that moment are failed by
+  the caller's `on_lost` and retried by the scheduler from their last checkpoint.
+
+A restarted head is told apart from a short GCS hiccup by a marker written into the GCS's
+key-value store at connect time: a new cluster does not have it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ray
+
+from paddleray.services.common import errors
+from paddleray.services.trainer import ray_private
+
+log = logging.getLogger(__name__)
+
+_MARKER_KEY = b"paddleray/trainer-connection"
+_MARKER_NAMESPACE = b"paddleray"
+
+
+def forbid_addressless_init(address: str) -> None:
+    """Makes any implicit `ray.init()` in this process use `address`, or fail.
+
+    Ray reads RAY_ADDRESS when `ray.init()` is given no address, and its auto-init hook
+    (which calls `ray.init()` from the first Ray API used) checks `enable_auto_connect`,
+    the switch behind RAY_ENABLE_AUTO_CONNECT=0, read once at import (too early to set
+    through the environment here).
+    """
+    os.environ["RAY_ADDRESS"] = address
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
+    ray_private.disable_auto_connect()
+
+
+async def in_daemon_thread(fn: Callable[[], Any]) -> Any:
+    """Runs a call that may block on Ray's GCS for long; the process can exit meanwhile
+    (asyncio.to_thread's executor threads would hold up interpreter exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            loop.call_soon_threadsafe(_settle, future, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, future, result, None)
+
+    threading.Thread(target=run, daemon=True, name="paddleray-ray-call").start()
+    return await future
+
+
+def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+class RayConnection:
+    def __init__(
+        self,
+        address: str,
+        namespace: str,
+        probe_interval_s: float = 1.0,
+        lost_after_s: float = 10.0,
+        retry_interval_s: float = 2.0,
+    ) -> None:
+        self.address = address
+        self.namespace = namespace
+        self.probe_interval_s = probe_interval_s
+        self.lost_after_s = lost_after_s
+        self.retry_interval_s = retry_interval_s
+        self._connected = False
+        self._owned = False
+        self._marker = b""
+        self._problem = "not connected yet"
+        self.reconnects = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def require(self) -> None:
+        """Raises UNAVAILABLE unless Ray calls can be made now."""
+        if not self._connected:
+            raise errors.Unavailable(f"the Ray cluster at {self.address} cannot be reached ({self._problem})")
+
+    def adopt(self) -> None:
+        """Uses a connection this process made elsewhere (tests drive Ray from the test
+        process): it is not watched, reconnected or shut down from here."""
+        self._set(True)
+
+    async def connect(self) -> None:
+        """Returns once connected to the configured address, trying again until then."""
+        if ray.is_initialized() and not self._owned:
+            self.adopt()
+            return
+        forbid_addressless_init(self.address)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                # ray.init waits minutes for a GCS that is not there; a closed port is cheap to see.
+                if not await in_daemon_thread(self._gcs_port_open):
+                    raise _GcsClosed("the GCS port is closed")
+                self._marker = await in_daemon_thread(self._init)
+                break
+            except Exception as exc:  # noqa: BLE001 - any failure to connect is retried
+                # ray.init hides why behind "Failed to connect to Ray cluster": say the cause too.
+                cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
+                self._problem = f"connect failed: {type(exc).__name__}: {exc}{cause}"[:500]
+                closed = isinstance(exc, _GcsClosed)
+                if attempt == 1 or not closed:
+                    log.warning("cannot connect to Ray at %s yet (%s); retrying", self.address, self._problem)
+                if not closed:  # a failed ray.init may leave a half-made driver behind
+                    await in_daemon_thread(_shutdown_quietly)
+                await asyncio.sleep(self.retry_interval_s)
+        self._owned = True
+        log.info("connected to Ray at %s after %d attempt(s)", self.address, attempt)
+        self._set(True)
+
+    async def watch(self, on_lost: Callable[[str], Awaitable[None]]) -> None:
+        """Probes the cluster; reconnects when it is lost, after `on_lost(reason)`."""
+        if not self._owned:
+            return
+        failing_since: float | None = None
+        while True:
+            await asyncio.sleep(self.probe_interval_s)
+            state = await in_daemon_thread(self._probe)
+            if state == "alive":
+                if failing_since is not None:
+                    log.info("Ray at %s answers again", self.address)
+                failing_since = None
+                self._set(True)
+                continue
+            now = time.monotonic()
+            if failing_since is None:
+                failing_since = now
+                log.warning("Ray at %s does not answer (%s)", self.address, state)
+            self._problem = state
+            self._set(False)
+            if state == "restarted" or now - failing_since >= self.lost_after_s:
+                reason = (
+                    f"the Ray cluster at {self.address} was lost ({state}); "
+                    "the run's actors ended with it"
+                )
+                log.warning("%s; reconnecting", reason)
+                await on_lost(reason)
+                await in_daemon_thread(_shutdown_quietly)
+                self.reconnects += 1
+                await self.connect()
+                failing_since = None
+
+    async def close(self) -> None:
+        if self._owned:
+            self._owned = False
+            self._set(False)
+            await in_daemon_thread(_shutdown_quietly)
+
+    def _set(self, connected: bool) -> None:
+        self._connected = connected
+
+    def _gcs_port_open(self) -> bool:
+        """False when the address is a GCS host:port that refuses connections; True otherwise
+        (other address forms, such as 'auto' or 'ray://', are left to ray.init)."""
+        host, sep, port = self.address.rpartition(":")
+        if not sep or not port.isdigit() or "/" in host:
+            return True
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def _init(self) -> bytes:
+        ray.init(address=self.address, namespace=self.namespace, log_to_driver=False)
+        marker = uuid.uuid4().hex.encode()
+        _gcs().internal_kv_put(_MARKER_KEY, marker, True, _MARKER_NAMESPACE, timeout=10)
+        return marker
+
+    def _probe(self) -> str:
+        """'alive', 'restarted' (a new cluster: the marker is gone) or why it did not answer."""
+        try:
+            found = _gcs().internal_kv_get(_MARKER_KEY, _MARKER_NAMESPACE, timeout=max(self.probe_interval_s, 1.0))
+        except Exception as exc:  # noqa: BLE001 - any failure means no answer
+            return f"the GCS does not answer: {type(exc).__name__}"
+        if found != self._marker:
+            return "restarted"
+        return "alive"
+
+
+class _GcsClosed(ConnectionError):
+    """Nothing listens on the GCS port yet (ray.init was not tried)."""
+
+
+def _gcs():
+    return ray_private.gcs_client()
+
+
+def _shutdown_quietly() -> None:
+    try:
+        ray.shutdown()
+    except Exception as exc:  # noqa: BLE001 - a half-dead driver may fail to shut down cleanly
+        log.warning("ray.shutdown after losing the cluster: %s", exc)
