@@ -56,8 +56,8 @@ _LOOP_LOGGERS = ("paddleray.services.scheduler.dispatcher", "paddleray.services.
 
 
 class _StoreDown(logging.Filter):
-    """Drops the loops' records that say Redis is down, and has the watcher check at once: the
-    watcher logs the outage, once, instead of every loop on every pass."""
+    """Drops the loops' records that say Redis is down: the readiness check logs the outage,
+    once, instead of every loop on every pass."""
 
     def __init__(self, health: StoreHealth) -> None:
         super().__init__()
@@ -67,20 +67,17 @@ class _StoreDown(logging.Filter):
         causes = [*(record.args if isinstance(record.args, tuple) else ()),
                   *([record.exc_info[1]] if record.exc_info else [])]
         if any(isinstance(c, _DOWN) or (isinstance(c, BaseException) and _auth_failure(c)) for c in causes):
-            self.health.suspect.set()
             return False
         return True
 
 
 class StoreHealth:
-    """Redis' health as run_service's readiness (pinged every interval_s, and at once when a
-    loop of the scheduler fails on Redis)."""
+    """Redis' health as run_service's readiness (pinged every interval_s)."""
 
     def __init__(self, client: aioredis.Redis, interval_s: float = 1.0) -> None:
         self.client = client
         self.interval_s = interval_s
         self.healthy = True
-        self.suspect = asyncio.Event()
         self._filter = _StoreDown(self)
         for name in _LOOP_LOGGERS:
             logging.getLogger(name).addFilter(self._filter)
@@ -111,7 +108,6 @@ class StoreHealth:
         return True
 
     async def ready(self) -> bool:
-        """run_service's readiness check: pings (at most once per suspicion or interval)."""
+        """run_service's readiness check."""
         await self.refresh()
-        self.suspect.clear()
         return self.healthy

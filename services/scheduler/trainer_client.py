@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+from grpc import aio
 
 from paddleray.services.common.channels import open_channel
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2_grpc

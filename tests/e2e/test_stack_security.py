@@ -9,8 +9,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support_auth import ADMIN, MEMBER_A, MEMBER_B, write_token_file
-from support_tls import make_test_ca
 
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
 from paddleray.services.cli.jobs_commands import build_job
@@ -19,6 +17,8 @@ from paddleray.services.localstack import stack
 from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import free_port
 from paddleray.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
+from support.auth import ADMIN, MEMBER_A, MEMBER_B, write_token_file
+from support.tls import make_test_ca
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -13,9 +13,6 @@ import grpc
 import pytest
 from grpc import aio
 from pydantic import ValidationError
-from support_fake_trainer import FakeTrainer
-from support_scheduler import make_job
-from support_tls import make_test_ca
 
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import job_service_pb2 as js
@@ -29,6 +26,9 @@ from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.trainer_client import TrainerClient
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 from paddleray.trainer.v1 import trainer_service_pb2_grpc
+from support.fake_trainer import FakeTrainer
+from support.scheduler import make_job
+from support.tls import make_test_ca
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TOKEN = "trainer-service-token-000001"

@@ -15,9 +15,6 @@ import zipfile
 import grpc
 import pytest
 from grpc import aio
-from support_auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, code_of, expect, metadata, write_token_file
-from support_fake_trainer import FakeTrainer, start_fake_trainer
-from support_scheduler import make_job
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import (
@@ -35,6 +32,9 @@ from paddleray.services.localstack.ports import free_port
 from paddleray.services.scheduler.__main__ import registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
+from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, code_of, expect, metadata, write_token_file
+from support.fake_trainer import FakeTrainer, start_fake_trainer
+from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 C = grpc.StatusCode

@@ -13,17 +13,17 @@ import grpc
 import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from support_auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, metadata, write_token_file
-from support_fake_trainer import FakeTrainer, start_fake_trainer
-from support_redis import SecureRedis
-from support_scheduler import SchedulerProcess, make_job
-from support_tls import make_test_ca
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, job_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import experiment_service_pb2 as es
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.services.localstack.ports import free_port
+from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, metadata, write_token_file
+from support.fake_trainer import FakeTrainer, start_fake_trainer
+from support.scheduler import SchedulerProcess, make_job
+from support.secure_redis import SecureRedis
+from support.tls import make_test_ca
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 C = grpc.StatusCode

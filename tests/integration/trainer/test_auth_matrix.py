@@ -11,7 +11,6 @@ import asyncio
 import grpc
 import pytest
 from grpc import aio
-from support_auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, code_of, expect, metadata, write_token_file
 
 from paddleray.services.trainer.__main__ import registrations
 from paddleray.services.trainer.settings import TrainerSettings
@@ -19,6 +18,7 @@ from paddleray.services.trainer.trainer import Trainer
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 from paddleray.trainer.v1 import trainer_service_pb2_grpc
 from support import ServerThread
+from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, code_of, expect, metadata, write_token_file
 
 from .conftest import ENTRYPOINTS, TERMINAL, TrainerClient
 

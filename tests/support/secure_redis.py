@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-from support_tls import TestCA
 
 from paddleray.services.localstack.ports import free_port, wait_until
+from support.tls import TestCA
 
 
 @dataclass
