@@ -54,7 +54,7 @@ class TrainerClient:
         too once it sees the job's stop intent."""
         try:
             await self.stop_run(name, reason, grace_s)
-        except grpc.aio.AioRpcError as exc:
+        except aio.AioRpcError as exc:
             log.warning("StopRun of %s failed: %s", name, exc.code().name)
 
     async def watch_run(self, name: str, after_sequence: int) -> AsyncIterator[run_pb2.RunEvent]:
