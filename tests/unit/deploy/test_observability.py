@@ -163,7 +163,7 @@ def _record_serving_metrics_once() -> bool:
     serving = importlib.import_module(SERVING_METRICS_MODULE)
     serving.record_request("observability-check", "1", "OK", 0.002)
     serving.batch_size_histogram("observability-check", "1").observe(4)
-    serving.set_replicas("observability-check", "1", 1)
+    serving.replica_up("observability-check", "1")
     return True
 
 
