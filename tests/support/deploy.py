@@ -41,12 +41,6 @@ def walk_strings(node) -> list[str]:
     return []
 
 
-# Settings the manifests name before the service has them, each with where it comes from.
-# Checked as every other setting as soon as the field exists; remove the entry then.
-PENDING_SETTINGS = {
-    "PADDLERAY_EXPORTER_SERVING_GRPC_PORT": "the serving issue: the port Ray Serve's gRPC proxy listens on (9000)",
-}
-
 
 def settings_from_env(settings_class, prefix: str, env: dict[str, str | None], monkeypatch):
     """Builds the settings a container's environment gives, after checking that every
@@ -56,8 +50,6 @@ def settings_from_env(settings_class, prefix: str, env: dict[str, str | None], m
             continue
         assert name.startswith(prefix), name
         field = name[len(prefix):].lower()
-        if field not in settings_class.model_fields and name in PENDING_SETTINGS:
-            continue
         assert field in settings_class.model_fields, name
         # Secrets and pod fields are filled in by the platform; a stand-in shows the type fits.
         monkeypatch.setenv(name, "from-the-platform" if value is None else value)

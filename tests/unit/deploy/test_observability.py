@@ -3,8 +3,8 @@
 Three sources, each checked where the metrics really come from:
 - the services' own metrics (prometheus_client, each service's /metrics): their registry;
 - Ray's metrics and the serving metrics (recorded through Ray's metrics API in the Serve
-  replicas and the exporter): a live Ray node's metrics endpoint, read after the serving
-  metrics were recorded once through the serving code's own functions; Prometheus renames
+  replicas): a live Ray node's metrics endpoint, read after the serving metrics were
+  recorded once through the serving code's own functions; Prometheus renames
   ray_paddleray_* to paddleray_* (metric_relabel_configs), and so does this test;
 - Ray's GPU gauges, which a node reports only when it has a GPU: none here, so they are
   listed below with that reason and checked against Ray's own reporter instead.
@@ -12,7 +12,6 @@ Three sources, each checked where the metrics really come from:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import urllib.request
@@ -42,9 +41,8 @@ RAY_GPU_ONLY = {
     "ray_node_gram_available": "GPU memory free on each GPU of a node, MiB",
 }
 
-# The serving code records these (the serving issue); until its metrics module is on this
-# branch they are checked only by name against this list, and live as soon as it is there.
-SERVING_METRICS_MODULE = "paddleray.services.exporter.serving.metrics"
+# The serving code records these through Ray's metrics API; the names and labels agreed with
+# it, checked live below.
 SERVING_METRICS = {
     "paddleray_inference_requests_total": {"model", "version", "code"},
     "paddleray_inference_latency_seconds_bucket": {"model", "version", "le"},
@@ -148,34 +146,30 @@ def test_ray_gpu_metrics_are_gpu_gauges_of_rays_own_reporter():
 
 
 def test_serving_metrics_in_the_dashboard_are_the_agreed_names_and_labels():
-    """Until the serving code is here, its metrics are held to the names and labels agreed
-    with it (SERVING_METRICS); the live test below checks them as soon as it is."""
+    """The serving panels use the agreed names and labels (checked live below)."""
     for name, labels in _used().items():
         if name.startswith(("paddleray_inference_", "paddleray_serving_")):
             assert name in SERVING_METRICS, f"{name} is not a serving metric"
             assert labels <= SERVING_METRICS[name], (name, labels)
 
 
-def _record_serving_metrics_once() -> bool:
-    """Records one sample of each serving metric through the serving code, if it is here."""
-    if importlib.util.find_spec(SERVING_METRICS_MODULE) is None:
-        return False
-    serving = importlib.import_module(SERVING_METRICS_MODULE)
+def _record_serving_metrics_once() -> None:
+    """Records one sample of each serving metric through the serving code's own functions."""
+    from paddleray.services.exporter.serving import metrics as serving
+
     serving.record_request("observability-check", "1", "OK", 0.002)
     serving.batch_size_histogram("observability-check", "1").observe(4)
-    serving.set_replicas("observability-check", "1", 1)
-    return True
+    serving.replica_up("observability-check", "1")
 
 
 @pytest.mark.integration
 def test_ray_and_serving_metrics_in_the_dashboard_are_on_a_live_ray_node(ray_cluster):
     import ray
 
-    recorded = _record_serving_metrics_once()
+    _record_serving_metrics_once()
     [port] = {node["MetricsExportPort"] for node in ray.nodes() if node["Alive"]}
     wanted = {name for name in _used() if name.startswith("ray_") and name not in RAY_GPU_ONLY}
-    if recorded:
-        wanted |= {name for name in _used() if name in SERVING_METRICS}
+    wanted |= {name for name in _used() if name in SERVING_METRICS}
 
     samples: dict[str, set[str]] = {}  # every sample name seen so far, with its labels
 
