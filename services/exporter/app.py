@@ -18,6 +18,8 @@ from paddleray.services.exporter.exports import ExportManager
 from paddleray.services.exporter.models import ModelRegistry
 from paddleray.services.exporter.ray_exports import RayExportRunner
 from paddleray.services.exporter.ray_link import RayLink
+from paddleray.services.exporter.reconciler import Reconciler
+from paddleray.services.exporter.serving.controller import ServingController
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.exporter.sources import SchedulerJobs
 from paddleray.services.exporter.store import RegistryStore
@@ -40,7 +42,13 @@ class ExporterApp:
             cluster_connected=self.ray.connected,
         )
         self.models = ModelRegistry(self.store, settings.storage_root)
-        self.deployments = DeploymentManager(self.deployment_store, self.store, endpoint="")
+        self.controller = ServingController(grpc_port=settings.serving_grpc_port, http_host=settings.serving_http_host,
+                                            http_port=settings.serving_http_port)
+        self.reconciler = Reconciler(self.deployment_store, self.store, self.controller, self.ray, settings.storage_root,
+                                     settings.reconcile_interval_s)
+        endpoint = settings.inference_endpoint or f"127.0.0.1:{settings.serving_grpc_port}"
+        self.deployments = DeploymentManager(self.deployment_store, self.store, endpoint, on_change=self.reconciler.wake,
+                                             live=self.reconciler.live)
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -51,20 +59,10 @@ class ExporterApp:
         try:
             await self.ray.connect()
         except Exception:  # noqa: BLE001 - a cluster down at boot: NOT_SERVING until it answers
-            log.warning("the Ray cluster at %s cannot be reached yet; retrying", self.settings.ray_address,
-                        exc_info=True)
-            self._tasks.append(asyncio.create_task(self._connect_until_up()))
-
-    async def _connect_until_up(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.health_interval_s)
-            try:
-                await self.ray.reconnect()
-            except Exception:  # noqa: BLE001
-                log.info("the Ray cluster at %s still cannot be reached", self.settings.ray_address)
-                continue
-            log.info("connected to the Ray cluster at %s", self.settings.ray_address)
-            return
+            log.warning("the Ray cluster at %s cannot be reached yet; the reconciler keeps connecting",
+                        self.settings.ray_address, exc_info=True)
+        # Its first pass applies every recorded deployment (an exporter restart needs no manual step).
+        self._tasks.append(asyncio.create_task(self.reconciler.run()))
 
     async def ready(self) -> bool:
         """SERVING only while Redis and the Ray cluster can both be reached."""
@@ -78,6 +76,7 @@ class ExporterApp:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.controller.stop()  # detaches: Serve keeps serving for the next exporter
         with contextlib.suppress(RedisError, OSError):
             await self.exports.shutdown()
         await self.jobs.close()

@@ -49,3 +49,6 @@ class ExporterSettings(ServiceSettings):
         5.0, gt=0, description="Longest wait between reconcile passes (a change triggers one at once)."
     )
     health_interval_s: float = Field(2.0, gt=0, description="How often Redis and Ray reachability is checked.")
+    inference_endpoint: str = Field(
+        "", description="Address of the v2 inference endpoint shown on deployments; defaults to 127.0.0.1:serving_grpc_port."
+    )

@@ -3,8 +3,9 @@
 Runs inside the export task (export_task.py). Outputs match when numpy.allclose(static,
 dynamic, rtol, atol) holds: elementwise relative error blows up near zero outputs, so the
 recorded relative figure is max|static - dynamic| / max|dynamic| per output, not elementwise.
-The Paddle check goes through paddle.inference with the predictor config the version will be
-served with (oneDNN off unless asked), since that predictor, not the TranslatedLayer, serves.
+Each backend is checked through the serving layer's own predictor (serving/predictor.py) with
+the predictor options the version will be served with (oneDNN off unless asked), since that
+predictor, not the TranslatedLayer, serves.
 """
 
 from __future__ import annotations
@@ -94,31 +95,18 @@ def paddle_predictor(paddle_dir: Path, options: dict[str, Any]):
     return pi.create_predictor(config)
 
 
-class _PaddleRunner:
-    def __init__(self, paddle_dir: Path, options: dict[str, Any]) -> None:
-        self.predictor = paddle_predictor(paddle_dir, options)
+def _runner(version_dir: Path, backend: str, options: dict[str, Any]):
+    """The serving layer's own predictor for this backend (same config, same output mapping)."""
+    from paddleray.services.exporter.serving.artifact import load_artifact
+    from paddleray.services.exporter.serving.predictor import load_predictor
+    from paddleray.services.exporter.serving.spec import PredictorOptions
 
-    def __call__(self, batch: dict[str, Any]) -> list[Any]:
-        for name, array in batch.items():
-            handle = self.predictor.get_input_handle(name)
-            handle.reshape(list(array.shape))
-            handle.copy_from_cpu(array)
-        self.predictor.run()
-        return [self.predictor.get_output_handle(n).copy_to_cpu() for n in self.predictor.get_output_names()]
-
-
-class _OnnxRunner:
-    def __init__(self, path: Path, options: dict[str, Any]) -> None:
-        import onnxruntime as ort
-
-        session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = max(1, int(options.get("cpu_math_threads", 1)))
-        session_options.inter_op_num_threads = 1
-        session_options.log_severity_level = 3  # "Removing initializer" warnings on every load
-        self.session = ort.InferenceSession(str(path), session_options, providers=["CPUExecutionProvider"])
-
-    def __call__(self, batch: dict[str, Any]) -> list[Any]:
-        return self.session.run(None, batch)
+    artifact = load_artifact(version_dir)
+    predictor = load_predictor(artifact, backend, PredictorOptions(
+        enable_mkldnn=bool(options.get("enable_mkldnn")), cpu_math_threads=max(1, int(options.get("cpu_math_threads", 1))),
+        use_gpu=bool(options.get("use_gpu")), enable_tensorrt=bool(options.get("enable_tensorrt"))))
+    names = [t.name for t in artifact.signature.outputs]
+    return lambda batch: [predictor.predict(batch)[n] for n in names]
 
 
 def compare(model, samples: list[dict[str, Any]], exported: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
@@ -128,23 +116,23 @@ def compare(model, samples: list[dict[str, Any]], exported: dict[str, Any], opti
     references = [dynamic_outputs(model, inputs, batch) for batch in samples]
     atol, rtol = options["atol"], options["rtol"]
     backends = []
-    for backend, artifact in manifest["artifacts"].items():
-        backends.append(_check_backend(backend, version_dir / artifact, samples, references, atol, rtol,
+    for backend in manifest["artifacts"]:
+        backends.append(_check_backend(backend, version_dir, samples, references, atol, rtol,
                                        options.get("predictor", {})))
     return {"passed": all(b["passed"] for b in backends), "num_samples": len(samples), "atol": atol, "rtol": rtol,
             "backends": backends}
 
 
-def _check_backend(backend: str, path: Path, samples, references, atol: float, rtol: float,
+def _check_backend(backend: str, version_dir: Path, samples, references, atol: float, rtol: float,
                    predictor: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     result: dict[str, Any] = {"backend": backend, "passed": False, "max_abs_error": 0.0, "max_rel_error": 0.0,
               "median_latency_s": 0.0, "message": ""}
     try:
-        runner = _PaddleRunner(path, predictor) if backend == "paddle" else _OnnxRunner(path, predictor)
-    except ImportError as exc:
-        result["message"] = f"{backend} runtime not installed in the export task's environment: {exc}"
+        runner = _runner(version_dir, backend, predictor)
+    except Exception as exc:  # noqa: BLE001 - a backend that cannot load fails its check, says why
+        result["message"] = f"{backend} predictor could not be created: {exc}"
         return result
     passed = True
     failures = []

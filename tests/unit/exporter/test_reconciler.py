@@ -1,0 +1,201 @@
+"""The reconcile loop against a real Redis, over an in-test ServingController (the real one needs
+Ray Serve: tests/integration/exporter/test_deploy.py drives it). Asserts on what is applied and
+on the state each deployment records."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from google.protobuf import field_mask_pb2
+
+from paddleray.exporter.v1 import deployment_pb2, model_pb2
+from paddleray.services.exporter.deployments import DeploymentManager
+from paddleray.services.exporter.reconciler import Reconciler
+from paddleray.services.exporter.serving.controller import ServedModelStatus, VersionStatus
+from paddleray.services.exporter.serving.spec import validate_models
+from support.exporter import ready_version
+
+pytestmark = pytest.mark.unit
+D = deployment_pb2.DeploymentState
+
+
+class Controller:
+    """Applies instantly; status() reports what was applied, with the live state a test sets."""
+
+    def __init__(self) -> None:
+        self.starts = 0
+        self.applied: list[list] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self.live: dict[tuple[str, str], tuple[str, str]] = {}  # (name, version) -> (state, message)
+
+    async def start(self) -> None:
+        self.starts += 1
+
+    async def apply(self, models) -> None:
+        validate_models(models)  # the serving layer's own rules
+        self.applied.append(list(models))  # status() shows it at once, as Serve's does
+        await self.release.wait()
+
+    async def status(self):
+        found = {}
+        for model in self.applied[-1] if self.applied else []:
+            versions = {}
+            for v in model.versions:
+                state, message = self.live.get((model.serving_name, v.version), ("READY", ""))
+                running = 1 if state == "READY" else 0
+                versions[v.version] = VersionStatus(v.version, state, running, 1, state == "READY", v.weight, message)
+            found[model.serving_name] = ServedModelStatus(model.serving_name, versions)
+        return found
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.head = "head-1"
+
+    async def identity(self):
+        return self.head
+
+    def connected(self) -> bool:
+        return True
+
+    async def reconnect(self) -> None:
+        pass
+
+
+@pytest.fixture
+def controller() -> Controller:
+    return Controller()
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    return Cluster()
+
+
+@pytest.fixture
+def reconciler(deployment_store, store, controller, cluster, tmp_path) -> Reconciler:
+    return Reconciler(deployment_store, store, controller, cluster, tmp_path)
+
+
+@pytest.fixture
+def manager(deployment_store, store, reconciler) -> DeploymentManager:
+    return DeploymentManager(deployment_store, store, "127.0.0.1:9000", reconciler.wake, reconciler.live)
+
+
+def split(*targets: tuple[int, int], **fields) -> deployment_pb2.Deployment:
+    return deployment_pb2.Deployment(traffic=[
+        deployment_pb2.TrafficTarget(model_version=f"models/digits/versions/{n}", percent=p) for n, p in targets],
+        **fields)
+
+
+async def test_recorded_deployments_are_applied_and_their_observed_state_recorded(
+        manager, reconciler, controller, deployment_store, store, tmp_path):
+    for _ in range(2):
+        await ready_version(store, tmp_path, "digits")
+    await manager.create("prod", split((1, 90), (2, 10), serving_name="digits", num_replicas=2), "")
+    await reconciler.reconcile()
+    (served,) = controller.applied[-1]
+    assert served.serving_name == "digits" and controller.starts == 1
+    assert [(v.version, v.weight, v.backend, v.num_replicas) for v in served.versions] == [
+        ("1", 90.0, "paddle", 2), ("2", 10.0, "paddle", 2)]
+    assert served.versions[0].artifact_dir == str(tmp_path / "models" / "digits" / "versions" / "1")
+    stored = (await deployment_store.get("prod")).deployment
+    assert stored.state == D.DEPLOYMENT_STATE_HEALTHY and stored.state_reason == ""
+    assert [(s.model_version, s.running_replicas, s.state) for s in stored.version_statuses] == [
+        ("models/digits/versions/1", 1, D.DEPLOYMENT_STATE_HEALTHY),
+        ("models/digits/versions/2", 1, D.DEPLOYMENT_STATE_HEALTHY)]
+    # Nothing changed: nothing is applied again.
+    await reconciler.reconcile()
+    assert len(controller.applied) == 1
+
+
+async def test_an_unspecified_backend_is_the_fastest_validated_one(manager, reconciler, controller, store, tmp_path):
+    await ready_version(store, tmp_path, "digits", backends=("paddle", "onnx"))
+    await manager.create("prod", split((1, 100)), "")
+    await reconciler.reconcile()
+    assert controller.applied[-1][0].versions[0].backend == "onnx"
+    live = await manager.get("deployments/prod")
+    assert live.version_statuses[0].backend == model_pb2.BACKEND_ONNX_RUNTIME
+
+
+async def test_updates_are_applied_and_a_new_cluster_gets_everything_again(
+        manager, reconciler, controller, cluster, store, tmp_path):
+    for _ in range(2):
+        await ready_version(store, tmp_path, "digits")
+    await manager.create("prod", split((1, 100)), "")
+    await reconciler.reconcile()
+    updated = await manager.update(split((1, 50), (2, 50), name="deployments/prod"),
+                                   field_mask_pb2.FieldMask(paths=["traffic"]))
+    assert updated.state == D.DEPLOYMENT_STATE_UPDATING
+    await reconciler.reconcile()
+    assert [v.weight for v in controller.applied[-1][0].versions] == [50.0, 50.0]
+    assert (await manager.get("deployments/prod")).state == D.DEPLOYMENT_STATE_HEALTHY
+    applied = len(controller.applied)
+    cluster.head = "head-2"  # the Ray head restarted: Serve and its apps are gone
+    await reconciler.reconcile()
+    assert controller.starts == 2 and len(controller.applied) == applied + 1
+
+
+async def test_a_restarted_exporter_applies_every_recorded_deployment(
+        manager, deployment_store, store, controller, cluster, tmp_path):
+    await ready_version(store, tmp_path, "digits")
+    await manager.create("prod", split((1, 100)), "")
+    fresh = Reconciler(deployment_store, store, controller, cluster, tmp_path)
+    await fresh.reconcile()
+    assert [m.serving_name for m in controller.applied[-1]] == ["prod"]
+
+
+async def test_replicas_that_cannot_be_placed_make_the_deployment_unhealthy_with_the_reason(
+        manager, reconciler, controller, deployment_store, store, tmp_path):
+    await ready_version(store, tmp_path, "digits")
+    await manager.create("prod", split((1, 100), resources_per_replica={"num_gpus": 4}), "")
+    message = ("Deployment 'Model' has 1 replicas that have taken more than 30s to be scheduled. "
+               "Resources required for each replica: {'CPU': 1, 'GPU': 4}, total resources available: {'CPU': 2}.")
+    controller.live[("prod", "1")] = ("DEPLOYING", message)
+    await reconciler.reconcile()
+    stored = (await deployment_store.get("prod")).deployment
+    assert stored.state == D.DEPLOYMENT_STATE_UNHEALTHY and "to be scheduled" in stored.state_reason
+
+
+async def test_a_missing_artifact_fails_only_its_deployment(manager, reconciler, controller, deployment_store, store,
+                                                             tmp_path):
+    await ready_version(store, tmp_path, "digits")
+    await ready_version(store, tmp_path, "other")
+    await manager.create("good", deployment_pb2.Deployment(
+        traffic=[deployment_pb2.TrafficTarget(model_version="models/other/versions/1", percent=100)]), "")
+    await manager.create("broken", split((1, 100)), "")
+    (tmp_path / "models" / "digits" / "versions" / "1" / "manifest.json").unlink()
+    await reconciler.reconcile()
+    assert [m.serving_name for m in controller.applied[-1]] == ["good"]
+    broken = (await deployment_store.get("broken")).deployment
+    assert broken.state == D.DEPLOYMENT_STATE_UNHEALTHY and "artifact of models/digits/versions/1" in broken.state_reason
+    assert (await deployment_store.get("good")).deployment.state == D.DEPLOYMENT_STATE_HEALTHY
+
+
+async def test_a_deleted_deployment_is_removed_once_serve_no_longer_serves_it(
+        manager, reconciler, controller, deployment_store, store, tmp_path):
+    await ready_version(store, tmp_path, "digits")
+    await manager.create("prod", split((1, 100)), "")
+    await reconciler.reconcile()
+    await manager.delete("deployments/prod")
+    await reconciler.reconcile()
+    assert controller.applied[-1] == []
+    await reconciler.reconcile()
+    assert await deployment_store.get("prod") is None
+    assert await store.version_deployments("digits", 1) == set()
+
+
+async def test_a_deployment_is_not_healthy_before_the_apply_of_its_spec_returned(
+        manager, reconciler, controller, store, tmp_path):
+    await ready_version(store, tmp_path, "digits")
+    await manager.create("prod", split((1, 100)), "")
+    controller.release.clear()
+    applying = asyncio.create_task(reconciler.reconcile())
+    while not controller.applied:
+        await asyncio.sleep(0.01)
+    assert (await manager.get("deployments/prod")).state == D.DEPLOYMENT_STATE_DEPLOYING
+    controller.release.set()
+    await applying
+    assert (await manager.get("deployments/prod")).state == D.DEPLOYMENT_STATE_HEALTHY
