@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -28,12 +29,24 @@ def infer(port: int) -> list[float]:
     return codec.decode_response(response)["fetch_name_0"].ravel().tolist()
 
 
+def connect(address: str, attempts: int = 6) -> None:
+    """ray.init, again while a just-started head's raylet has not registered (its GCS port opens first)."""
+    for attempt in range(attempts):
+        try:
+            ray.init(address=address, log_to_driver=False)
+            return
+        except ConnectionError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(5)
+
+
 def main(artifact_dir: str, workdir: str) -> None:
     models = [ServedModel("mlp", [ServedVersion("1", artifact_dir, num_cpus=0.1)])]
     ctl = ServingController(grpc_port=free_port(), http_port=free_port(), deploy_timeout_s=240)
     seen = {}
     head = RayHead(num_cpus=2, log_file=Path(workdir) / "ray1.log").start()
-    ray.init(address=head.address, log_to_driver=False)
+    connect(head.address)
     asyncio.run(ctl.start())
     asyncio.run(ctl.apply(models))
     seen["before"] = infer(ctl.grpc_port)
@@ -45,7 +58,7 @@ def main(artifact_dir: str, workdir: str) -> None:
     ray.shutdown()
     head = RayHead(num_cpus=2, log_file=Path(workdir) / "ray2.log").start()
     try:
-        ray.init(address=head.address, log_to_driver=False)
+        connect(head.address)
         asyncio.run(ctl.start())
         asyncio.run(ctl.apply(models))
         seen["after_restart"] = infer(ctl.grpc_port)
