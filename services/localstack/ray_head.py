@@ -24,6 +24,7 @@ AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 _STARTED = "Ray runtime started"
 # How Ray's processes (GCS, raylet, agents, Ray Client server) say a port they were given is taken.
 _BIND_FAILURE = re.compile(r"(address already in use|failed to bind|failed to start the grpc server|port \S+ (is )?(already )?in use|bind\(\) failed)", re.I)
+_COMPONENT_FAILED = re.compile(r"(timed out during startup|failed to start GCS|raylet.*(failed|died))", re.I)
 
 
 def ray_executable() -> str:
@@ -102,8 +103,10 @@ class RayHead:
         def up() -> bool:
             if process.poll() is not None:
                 tail = log_tail()
-                if _BIND_FAILURE.search(tail):
-                    raise PortTaken(f"ray start could not bind a port: {_BIND_FAILURE.search(tail).group(0)}")
+                if _BIND_FAILURE.search(tail) or _COMPONENT_FAILED.search(tail):
+                    # A component that cannot bind its port says so in its own log under the
+                    # session folder, and ray start only that the node did not come up.
+                    raise PortTaken(f"ray start exited with {process.returncode}: {tail.strip().splitlines()[-1]}")
                 raise RuntimeError(f"ray start exited with {process.returncode}: {tail[-3000:]}")
             # Printed once every head process is up: an open GCS port alone may be another program's.
             return _STARTED in log_tail()
