@@ -34,10 +34,13 @@ def module(name: str) -> ModuleType:
 
 def run_one(name: str, mode: str, results_dir: Path | None = None) -> dict:
     bench = module(name)
+    load_at_start = os.getloadavg()
     doc = bench.run(quick=mode != "full", smoke=True) if mode == "smoke" else bench.run(quick=mode == "quick")
     if doc["targets"] != bench.TARGETS:
         raise ValueError(f"{name}: the run's targets {doc['targets']} are not the declared TARGETS {bench.TARGETS}")
     harness.finish(doc, mode)
+    # The machine is shared: how busy it was (1, 5, 15-minute load averages) belongs with the figures.
+    doc.setdefault("machine", {})["load_avg"] = {"start": load_at_start, "end": os.getloadavg()}
     harness.write_result(doc, results_dir)
     return doc
 

@@ -64,6 +64,11 @@ def _rounds_needed(doc: dict, key: str, bound: str) -> str:
     return f"> {len(rounds) - 1} of {len(rounds)}" if needed is None else f"{needed} of {len(rounds)}"
 
 
+def _load(doc: dict) -> str:
+    load = doc.get("machine", {}).get("load_avg")
+    return "" if not load else f"{load['start'][0]:.1f} / {load['end'][0]:.1f}"
+
+
 def write_report() -> Path:
     docs = [json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob("*.json"))]
     lines = [
@@ -75,9 +80,10 @@ def write_report() -> Path:
         "of the target, undecided when the spread straddles it, indicative for quick and smoke runs.",
         "Rounds to reproduce: the fewest of the recorded rounds whose median gives the median's verdict",
         "whichever rounds they are (a quick run with fewer rounds decides nothing; its ratios are indicative).",
+        "Load: the machine's 1-minute load average at the run's start and end (2 cores; shared).",
         "",
-        "| bench | ratio | value | spread (min - max) | target | verdict | rounds to reproduce | mode | measured |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| bench | ratio | value | spread (min - max) | target | verdict | rounds to reproduce | mode | measured | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for doc in docs:
         for key, bound in doc["targets"].items():
@@ -86,7 +92,7 @@ def write_report() -> Path:
             verdict = doc.get("verdicts", {}).get(key, "n/a")
             lines.append(
                 f"| {doc['name']} | `{key}` | {shown} | {_spread(doc, key)} | {bound} | {verdict} "
-                f"| {_rounds_needed(doc, key, bound)} | {doc.get('mode', 'full')} | {doc.get('time', '')} |"
+                f"| {_rounds_needed(doc, key, bound)} | {doc.get('mode', 'full')} | {doc.get('time', '')} | {_load(doc)} |"
             )
     for doc in docs:
         lines += ["", f"## {doc['name']}", ""]

@@ -79,6 +79,6 @@ def test_report_lists_every_ratio_with_its_spread(tmp_path, monkeypatch):
     harness.write_result(doc)
     assert json.loads((tmp_path / "x.json").read_text())["meets_targets"] is True
     text = report.write_report().read_text()
-    assert "| x | `r` | 2.000 | 1.500 - 2.500 (3 rounds) | >= 1.0 | met | 1 of 3 | full |" in text
+    assert "| x | `r` | 2.000 | 1.500 - 2.500 (3 rounds) | >= 1.0 | met | 1 of 3 | full |" in text, text
     assert "`extra`: 0.500, spread 0.500 - 0.500 (1 rounds)" in text
     assert (tmp_path / "x.png").exists()
