@@ -65,7 +65,9 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, message: str = "condition") -> T:
+def wait_until(
+    predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.05, message: str = "condition"
+) -> T:
     """Polls predicate until it returns a truthy value; raises TimeoutError after timeout."""
     deadline = time.monotonic() + timeout
     while True:

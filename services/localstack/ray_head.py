@@ -64,18 +64,20 @@ class RayHead:
 
     def start(self, timeout: float = 90) -> RayHead:
         ensure_auth_token()
-        if self.log_file is None:
-            self.log_file = Path(tempfile.mkdtemp(prefix="paddleray-ray-head-")) / "ray.log"
+        # Read when ray start fails: it is how a port it could not bind shows.
+        log_file = self.log_file = self.log_file or Path(tempfile.mkdtemp(prefix="paddleray-ray-head-")) / "ray.log"
         if self.port:
-            self._start_on(self.port, self.dashboard_port, timeout)
+            self._start_on(log_file, self.port, self.dashboard_port, timeout)
         else:
             start_on_free_ports(
-                lambda: self._start_on(free_port(), free_port() if self.dashboard_port == 0 else self.dashboard_port, timeout),
+                lambda: self._start_on(
+                    log_file, free_port(), free_port() if self.dashboard_port == 0 else self.dashboard_port, timeout
+                ),
                 "the Ray head",
             )
         return self
 
-    def _start_on(self, port: int, dashboard_port: int | None, timeout: float) -> None:
+    def _start_on(self, log_file: Path, port: int, dashboard_port: int | None, timeout: float) -> None:
         args = [
             ray_executable(), "start", "--head", "--block",
             f"--port={port}", f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}",
@@ -89,14 +91,14 @@ class RayHead:
             f"--dashboard-agent-grpc-port={free_port()}", f"--metrics-export-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}",
         ]
-        with open(self.log_file, "ab") as out:
+        with open(log_file, "ab") as out:
             offset = out.tell()
             process = subprocess.Popen(
                 args, env={**os.environ, **AUTH_ENV}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
 
         def log_tail() -> str:
-            with open(self.log_file, "rb") as log:
+            with open(log_file, "rb") as log:
                 log.seek(offset)
                 return log.read().decode(errors="replace")
 

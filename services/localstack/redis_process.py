@@ -60,17 +60,18 @@ class RedisProcess:
         return self.directory / "redis.log"
 
     def start(self) -> RedisProcess:
-        if shutil.which("redis-server") is None:
+        binary = shutil.which("redis-server")
+        if binary is None:
             raise RuntimeError(f"redis-server is not installed; install it with: {INSTALL_HINT}")
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.port:
-            self._start_on(self.port)
+            self._start_on(binary, self.port)
         else:
-            start_on_free_ports(lambda: self._start_on(free_port()), "redis-server")
+            start_on_free_ports(lambda: self._start_on(binary, free_port()), "redis-server")
         return self
 
-    def _start_on(self, port: int) -> None:
-        args = [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+    def _start_on(self, binary: str, port: int) -> None:
+        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.directory),
                 "--save", ""]
         args += ["--appendonly", "yes", "--appendfsync", "always"] if self.durable else ["--appendonly", "no"]
         with open(self.log_file, "ab") as log:
