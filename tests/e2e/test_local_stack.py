@@ -100,7 +100,7 @@ def test_the_stack_starts_again_and_again_without_a_port_clash(tmp_path, redis_u
         own = i % 2 == 0
         state_dir = tmp_path / f"stack-{i}"
         if own:
-            state = stack.up(state_dir, redis_url=f"redis://127.0.0.1:{free_port()}/0", num_cpus=1)
+            state = stack.up(state_dir, redis_url=None, num_cpus=1)
         else:
             state = stack.up(state_dir, redis_url=redis_url, ray_address=ray_head.address)
         try:
