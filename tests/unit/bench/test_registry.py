@@ -31,4 +31,5 @@ def test_the_declared_ratio_keys_are_the_documented_ones():
     for bench, key in re.findall(r"^\| (\w+) \| `(\w+)` \|", doc.read_text(), re.M):
         documented.setdefault(bench, set()).add(key)
     for name in available():
-        assert set(module(name).TARGETS) == documented.get(name, set()), name
+        # Every documented ratio is declared (and so checked by the smoke run); a bench may declare more.
+        assert documented.get(name, set()) <= set(module(name).TARGETS), name
