@@ -246,18 +246,12 @@ def up(
     state.save()  # saved before the services start, so that `down` can clean up a failed `up`
     auth = {**_auth_env(dict(os.environ), auth_token), **_tls_env(tls)}
     try:
-        # The scheduler needs the trainer's address: it starts once the trainer is ready, while
-        # the exporter starts alongside the trainer.
-        for service in ("trainer", "exporter"):
+        # Each starts once the one whose address it needs is ready: the scheduler dials the
+        # trainer, the exporter the scheduler (SERVICES is that order).
+        for service in SERVICES:
             state.services[service] = _start_service(service, state, auth)
             state.save()
-        _wait_ready(state.services["trainer"], state, timeout)
-        state.services["scheduler"] = _start_service("scheduler", state, auth)
-        state.save()
-        for service in ("exporter", "scheduler"):
             _wait_ready(state.services[service], state, timeout)
-        # Saved in SERVICES order, which `down` reverses.
-        state.services = {service: state.services[service] for service in SERVICES}
         state.save()
     except BaseException:
         down(state_dir)
