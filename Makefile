@@ -7,6 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 EXTRAS := cpu,onnx,test,bench,dev
 PYTEST_ARGS ?=
+# pipefail: the install's output goes through a filter (below) without hiding its exit status.
+SHELL := bash
+.SHELLFLAGS := -o pipefail -c
+# This machine's pip configuration lists a local index folder (file:///opt/pypi-more/simple)
+# that lacks most projects; pip says so once per package. Those lines, and nothing else, are
+# dropped. The build backend's note that an editable install was made is silenced by name.
+PIP_NOISE := ^WARNING: Location 'file://[^']*' is ignored: it is neither a file nor a directory\.$$
+PIP := $(BIN)/python -W "ignore:Editable installation:UserWarning" -m pip
 
 .PHONY: demo test setup protos protos-check lint bench up down status clean triton-venv
 
@@ -20,8 +28,9 @@ setup: $(STAMP) redis-server
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	@echo "installing paddleray[$(EXTRAS)] into $(VENV) (about a minute) ..."
+	@$(PIP) install -q --upgrade pip 2>&1 | { grep -v "$(PIP_NOISE)" || true; }
+	@$(PIP) install -q -e ".[$(EXTRAS)]" 2>&1 | { grep -v "$(PIP_NOISE)" || true; }
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # The stack and the tests start redis-server processes of their own.

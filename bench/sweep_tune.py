@@ -46,6 +46,11 @@ class TuneContext:
     def shard(self, seq):
         return seq
 
+    def get_dataset_shard(self, name: str):
+        # As paddleray's context does for a run given no dataset of that name: the example then
+        # trains on its in-memory digits. A Tune function trainable is given no Ray datasets.
+        raise KeyError(f"no dataset named {name!r} in this Tune trial")
+
 
 def trial(config: dict) -> None:
     from paddleray.services.trainer.examples import digits_mlp
@@ -72,7 +77,10 @@ def main(address: str, params: dict) -> dict:
         wall_s = time.perf_counter() - started
     best = results.get_best_result()
     ray.shutdown()
-    return {"wall_s": wall_s, "best_accuracy": best.metrics["accuracy"], "errors": len(results.errors)}
+    return {
+        "wall_s": wall_s, "best_accuracy": best.metrics["accuracy"], "errors": len(results.errors),
+        "trials": len(results) - len(results.errors),
+    }
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ dp2_small_steps_efficiency, to show the curve.
 The trainer runs in this process (the domain object, no gRPC: throughput does not depend
 on the RPC layer) against a Ray head of its own. The head declares 4 logical CPUs on this
 2-core machine so that the 2-rank group and two 1-worker groups all stay warm between
-rounds; no more than two workers ever compute at once.
+rounds; no more than two workers ever compute at once. The smoke run trains tiny models for
+one epoch, one round, without the warm-up runs.
 """
 
 from __future__ import annotations
@@ -53,10 +54,22 @@ from paddleray.services.trainer.backend import MATH_THREAD_VARS
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRYPOINT = "bench.trainer_entry:digits"
+TARGETS = {"throughput_vs_bare": ">= 0.98", "dp2_efficiency": ">= 0.90"}
+
+
+def _smoke_params() -> dict:
+    """Tiny models, one epoch, one round: both sides of every comparison run, quickly."""
+    cnn = {"model": "digits_cnn", "channels": [4, 8], "epochs": 1}
+    return {
+        "rounds": 1, "warm_up": False,
+        "throughput": {**cnn, "batch_size": 64}, "tiny_epochs": {"model": "digits_mlp", "epochs": 1, "batch_size": 64},
+        "dp2": {**cnn, "batch_size": 256}, "dp2_small_steps": {**cnn, "batch_size": 256},
+    }
 
 
 def _params(quick: bool) -> dict:
     return {
+        "warm_up": True,
         "rounds": 3 if quick else 7,
         # Both sides checkpoint every epoch. paddleray does more than the bare script: it also
         # writes the example's train state, fsyncs the files and directories and writes a
@@ -130,11 +143,14 @@ def _overhead_ms_per_epoch(under: list, bare: list, epochs: int) -> float:
     return 1000 * (harness.median([t["elapsed_s"] for t in under]) - harness.median([t["elapsed_s"] for t in bare])) / epochs
 
 
-async def _dp2_vs_side_by_side(trainer, config: dict, dp2: list, side_by_side: list) -> None:
+async def _dp2_vs_side_by_side(trainer, config: dict, dp2: list, side_by_side: list, trained: dict) -> None:
     """One A B pair: the config on 2 DP ranks, then as two independent 1-worker runs at once."""
-    dp2.append(_rate(await _run(trainer, config, num_workers=2)))
+    timing = await _run(trainer, config, num_workers=2)
+    dp2.append(_rate(timing))
     pair = await asyncio.gather(_run(trainer, config), _run(trainer, config))
     side_by_side.append(sum(_rate(t) for t in pair))
+    trained["dp2"] = trained.get("dp2", 0) + timing["samples"]
+    trained["side_by_side"] = trained.get("side_by_side", 0) + sum(t["samples"] for t in pair)
 
 
 def _lost_ms_per_step(dp2_rate: float, side_by_side_rate: float, batch_size: int) -> float:
@@ -146,20 +162,22 @@ async def _measure(trainer, params: dict) -> tuple[dict, dict]:
     tp, tiny, dp, small = params["throughput"], params["tiny_epochs"], params["dp2"], params["dp2_small_steps"]
     # Warm-up: start every worker group once (actor start, Paddle import, collective join) and
     # run each model once (Paddle's first call of a kernel at a new shape costs extra).
-    await _run(trainer, {**tp, "epochs": 1})
-    for config in (dp, small):
-        await _run(trainer, {**config, "epochs": 1}, num_workers=2)
-        await asyncio.gather(_run(trainer, {**config, "epochs": 1}), _run(trainer, {**config, "epochs": 1}))
+    if params["warm_up"]:
+        await _run(trainer, {**tp, "epochs": 1})
+        for config in (dp, small):
+            await _run(trainer, {**config, "epochs": 1}, num_workers=2)
+            await asyncio.gather(_run(trainer, {**config, "epochs": 1}), _run(trainer, {**config, "epochs": 1}))
 
     under, bare, bare_cold, tiny_under, tiny_bare, tiny_cold, background = [], [], [], [], [], [], []
     dp2, side_by_side, alone, small_dp2, small_side_by_side = [], [], [], [], []
+    trained: dict[str, int] = {}
     for _ in range(params["rounds"]):
         await _vs_bare(trainer, tp, under, bare, bare_cold)
         background.append(await _run(trainer, tp, background_commit=True))
         await _vs_bare(trainer, tiny, tiny_under, tiny_bare, tiny_cold)
-        await _dp2_vs_side_by_side(trainer, dp, dp2, side_by_side)
+        await _dp2_vs_side_by_side(trainer, dp, dp2, side_by_side, trained)
         alone.append(_rate(await _run(trainer, dp)))
-        await _dp2_vs_side_by_side(trainer, small, small_dp2, small_side_by_side)
+        await _dp2_vs_side_by_side(trainer, small, small_dp2, small_side_by_side, {})
 
     def rates(timings: list) -> list[float]:
         return [_rate(t) for t in timings]
@@ -200,10 +218,15 @@ async def _measure(trainer, params: dict) -> tuple[dict, dict]:
         },
     }
     ratios = {"throughput_vs_bare": m(rates(under)) / m(rates(bare)), "dp2_efficiency": m(dp2) / m(side_by_side)}
-    return metrics, ratios
+    per_round = {
+        "throughput_vs_bare": harness.paired(rates(under), rates(bare)), "dp2_efficiency": harness.paired(dp2, side_by_side),
+    }
+    # Samples each side trained in the measured rounds (rank 0's, for the 2-rank runs).
+    sides = {"paddleray": sum(t["samples"] for t in under), "bare": sum(t["samples"] for t in bare), **trained}
+    return metrics, ratios, per_round, sides
 
 
-async def _bench(address: str, storage: Path, params: dict) -> tuple[dict, dict]:
+async def _bench(address: str, storage: Path, params: dict) -> tuple[dict, dict, dict, dict]:
     from paddleray.services.trainer.settings import TrainerSettings
     from paddleray.services.trainer.trainer import Trainer
 
@@ -218,20 +241,18 @@ async def _bench(address: str, storage: Path, params: dict) -> tuple[dict, dict]
         await trainer.shutdown()
 
 
-def run(quick: bool) -> dict:
+def run(quick: bool, smoke: bool = False) -> dict:
     # Before Ray is imported: it reads its auth mode once.
     os.environ.update(AUTH_ENV)
     import ray
 
-    params = _params(quick)
+    params = _smoke_params() if smoke else _params(quick)
     head = RayHead(num_cpus=4).start()
     try:
         ray.init(address=head.address, namespace="paddleray", log_to_driver=False)
         with tempfile.TemporaryDirectory(prefix="paddleray-bench-") as storage:
-            metrics, ratios = asyncio.run(_bench(head.address, Path(storage), params))
+            metrics, ratios, per_round, sides = asyncio.run(_bench(head.address, Path(storage), params))
     finally:
         ray.shutdown()
         head.stop()
-    return harness.result(
-        "trainer", params, metrics, ratios, {"throughput_vs_bare": ">= 0.97", "dp2_efficiency": ">= 0.90"}
-    )
+    return harness.result("trainer", params, metrics, ratios, TARGETS, per_round=per_round, sides=sides)

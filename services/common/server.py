@@ -1,18 +1,21 @@
 """create_server: a grpc.aio server with health, reflection, auth, error mapping and metrics.
 
 `create_server(settings, services) -> (server, port)` only builds and binds; `run_service`
-is what a service's main() calls: it starts the server, serves /metrics, writes the port
-file, and on SIGTERM/SIGINT reports NOT_SERVING, drains in-flight calls for the grace
+is what a service's main() calls: it starts the server, serves /metrics, writes the ready
+file (the ports it bound, see write_ready_file), and on SIGTERM/SIGINT reports NOT_SERVING, drains in-flight calls for the grace
 period, then runs the service's own shutdown hooks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from grpc import aio
@@ -124,6 +127,7 @@ async def run_service(
     """
     configure_logging(service, settings.log_level, settings.log_json)
     server = await start_server(settings, services, serving=False)
+    metrics_port = None
     watcher = None
     if readiness is not None:
         await server.set_serving(await readiness())
@@ -139,11 +143,8 @@ async def run_service(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    if settings.port_file is not None:
-        # Written last, atomically: a reader that sees the file can connect.
-        tmp = settings.port_file.with_suffix(".tmp")
-        tmp.write_text(str(server.port))
-        tmp.replace(settings.port_file)
+    if settings.ready_file is not None:
+        write_ready_file(settings.ready_file, service, settings.host, server.port, metrics_port)
     log.info("%s serving on %s:%d", service, settings.host, server.port)
     await stop.wait()
     log.info("%s shutting down (grace %.1fs)", service, settings.grace_period_s)
@@ -164,3 +165,17 @@ async def _watch_readiness(server: Server, readiness: Callable[[], Awaitable[boo
             await server.set_serving(ready)
             serving = ready
         await asyncio.sleep(interval_s)
+
+
+def write_ready_file(path: Path, service: str, host: str, port: int, metrics_port: int | None) -> None:
+    """Writes {"service", "pid", "host", "port", "metrics_port"} atomically, once the server runs.
+
+    The ports are the ones bound, so a launcher passes port 0 and reads them here: a port chosen
+    ahead by the launcher and bound seconds later by the service can be taken in between
+    (Ray's processes open ephemeral ports all the time). Written last: a reader that sees the
+    file can connect; health says whether it serves (NOT_SERVING while a dependency is down).
+    """
+    document = {"service": service, "pid": os.getpid(), "host": host, "port": port, "metrics_port": metrics_port}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document))
+    tmp.replace(path)

@@ -51,8 +51,12 @@ class ServiceSettings(BaseSettings):
         Path.home() / ".paddleray" / "storage",
         description="Root of checkpoints, exported models and logs (a shared FS in a cluster).",
     )
-    port_file: Path | None = Field(
-        None, description="When set, the bound port is written here once the server serves."
+    ready_file: Path | None = Field(
+        None,
+        description=(
+            "When set, a JSON document with the ports actually bound (gRPC and metrics) is written here, "
+            "atomically, once the server serves: how a launcher that asked for port 0 learns the address."
+        ),
     )
 
     @model_validator(mode="after")

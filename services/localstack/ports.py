@@ -1,16 +1,36 @@
-"""Free ports and readiness polling for processes the local stack starts."""
+"""Ports, ready files and readiness polling for processes the local stack starts.
+
+A port chosen here and bound later by another process races with everything else on the
+machine that binds ephemeral ports (Ray's many processes do, all the time). So: services bind
+port 0 themselves and report the port in a ready file (read_ready_file); servers that cannot
+(redis-server, whose `port 0` means no TCP listener; the Ray head's several ports) are started
+with start_on_free_ports, which chooses, starts, and on a failure to bind chooses again.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import signal
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# Attempts of start_on_free_ports: each takes a fresh set of ports, so more than one lost race
+# in a row means something other than a race.
+BIND_ATTEMPTS = 5
+
+
+class PortTaken(RuntimeError):
+    """A process could not bind a port chosen for it: chosen again by start_on_free_ports."""
 
 
 def free_port() -> int:
@@ -19,13 +39,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_on_free_ports(start: Callable[[], T], what: str, attempts: int = BIND_ATTEMPTS) -> T:
+    """Calls start (which chooses its ports anew each call) until it does not raise PortTaken."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start()
+        except PortTaken as exc:
+            if attempt == attempts:
+                raise
+            log.warning("%s: %s; trying again on other ports (%d/%d)", what, exc, attempt, attempts)
+    raise AssertionError("unreachable")
+
+
+def read_ready_file(path: Path) -> dict | None:
+    """The ready file a service writes once it serves (server.write_ready_file), or None before."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, message: str = "condition") -> T:
+def wait_until(
+    predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.05, message: str = "condition"
+) -> T:
     """Polls predicate until it returns a truthy value; raises TimeoutError after timeout."""
     deadline = time.monotonic() + timeout
     while True:

@@ -9,15 +9,22 @@ into ~/.ray/auth_token, and every process given RAY_AUTH_MODE=token reads it fro
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from paddleray.services.localstack.ports import free_port, port_open, stop_process, wait_until
+from paddleray.services.localstack.ports import PortTaken, free_port, start_on_free_ports, stop_process, wait_until
 
 AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+
+_STARTED = "Ray runtime started"
+# How Ray's processes (GCS, raylet, agents, Ray Client server) say a port they were given is taken.
+_BIND_FAILURE = re.compile(r"(address already in use|failed to bind|failed to start the grpc server|port \S+ (is )?(already )?in use|bind\(\) failed)", re.I)
+_COMPONENT_FAILED = re.compile(r"(timed out during startup|failed to start GCS|raylet.*(failed|died))", re.I)
 
 
 def ray_executable() -> str:
@@ -36,11 +43,18 @@ def ensure_auth_token() -> None:
 
 @dataclass
 class RayHead:
+    """`ray start --head --block` on free ports (GCS, Ray Client, agents, metrics).
+
+    With port 0 (the default) every port is chosen here, and all of them again when the head
+    fails to bind one of them (another process took it between the choice and the bind).
+    """
+
     num_cpus: int = 2
     num_gpus: int = 0
-    port: int = field(default_factory=free_port)
+    port: int = 0
     log_file: Path | None = None
     # The dashboard serves Ray's Jobs API (the dispatch benchmark's baseline); off otherwise.
+    # 0 asks for one on a free port (read dashboard_port after start).
     dashboard_port: int | None = None
     process: subprocess.Popen | None = None
 
@@ -50,12 +64,26 @@ class RayHead:
 
     def start(self, timeout: float = 90) -> RayHead:
         ensure_auth_token()
+        # Read when ray start fails: it is how a port it could not bind shows.
+        log_file = self.log_file = self.log_file or Path(tempfile.mkdtemp(prefix="paddleray-ray-head-")) / "ray.log"
+        if self.port:
+            self._start_on(log_file, self.port, self.dashboard_port, timeout)
+        else:
+            start_on_free_ports(
+                lambda: self._start_on(
+                    log_file, free_port(), free_port() if self.dashboard_port == 0 else self.dashboard_port, timeout
+                ),
+                "the Ray head",
+            )
+        return self
+
+    def _start_on(self, log_file: Path, port: int, dashboard_port: int | None, timeout: float) -> None:
         args = [
             ray_executable(), "start", "--head", "--block",
-            f"--port={self.port}", f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}",
+            f"--port={port}", f"--num-cpus={self.num_cpus}", f"--num-gpus={self.num_gpus}",
             *(
-                ["--include-dashboard=true", f"--dashboard-port={self.dashboard_port}"]
-                if self.dashboard_port else ["--include-dashboard=false"]
+                ["--include-dashboard=true", f"--dashboard-port={dashboard_port}"]
+                if dashboard_port else ["--include-dashboard=false"]
             ),
             "--disable-usage-stats",
             # Ports of its own, so that several heads (parallel test runs) never clash.
@@ -63,17 +91,36 @@ class RayHead:
             f"--dashboard-agent-grpc-port={free_port()}", f"--metrics-export-port={free_port()}",
             f"--runtime-env-agent-port={free_port()}",
         ]
-        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(
-            args, env={**os.environ, **AUTH_ENV}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        wait_until(self._up, timeout=timeout, message="the Ray head's GCS port")
-        return self
+        with open(log_file, "ab") as out:
+            offset = out.tell()
+            process = subprocess.Popen(
+                args, env={**os.environ, **AUTH_ENV}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
-    def _up(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"ray start exited with {self.process.returncode}")
-        return port_open(self.port)
+        def log_tail() -> str:
+            with open(log_file, "rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+
+        def up() -> bool:
+            if process.poll() is not None:
+                tail = log_tail()
+                if _BIND_FAILURE.search(tail) or _COMPONENT_FAILED.search(tail):
+                    # A component that cannot bind its port says so in its own log under the
+                    # session folder, and ray start only that the node did not come up.
+                    raise PortTaken(f"ray start exited with {process.returncode}: {tail.strip().splitlines()[-1]}")
+                raise RuntimeError(f"ray start exited with {process.returncode}: {tail[-3000:]}")
+            # Printed once every head process is up: an open GCS port alone may be another program's.
+            return _STARTED in log_tail()
+
+        try:
+            wait_until(up, timeout=timeout, interval=0.1, message="the Ray head to start")
+        except BaseException:
+            if process.poll() is None:
+                stop_ray_head(process.pid)
+            raise
+        self.port, self.process = port, process
+        self.dashboard_port = dashboard_port
 
     def stop(self) -> None:
         if self.process is None:

@@ -3,6 +3,11 @@
 `up` starts every part as a detached background process (they outlive the command), waits
 until each service reports SERVING over gRPC health, and writes one state file with every
 address, pid and log path; `down` reads it and stops exactly what `up` started.
+
+No port is chosen here for a service: each binds port 0 and writes the ports it bound to a
+ready file (`<service>.ready.json`, see services/common/server.py), from which the addresses
+are read. A port chosen ahead and bound seconds later is taken in between often enough, by
+Ray's workers among others, to fail one start in a few.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from paddleray.services.localstack.health import serving
-from paddleray.services.localstack.ports import free_port, pid_alive, stop_process, wait_until
+from paddleray.services.localstack.ports import pid_alive, read_ready_file, stop_process, wait_until
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead, stop_ray_head
 from paddleray.services.localstack.redis_process import INSTALL_HINT, RedisProcess, redis_reachable
 
@@ -142,15 +147,14 @@ def _tls_env(tls: StackTls | None) -> dict[str, str]:
     return env
 
 
-def _service_env(
-    service: str, state: StackState, port: int, metrics_port: int, port_file: Path, auth: dict[str, str]
-) -> dict[str, str]:
+def _service_env(service: str, state: StackState, ready_file: Path, auth: dict[str, str]) -> dict[str, str]:
     prefix = f"PADDLERAY_{service.upper()}_"
     env = {**os.environ, **auth, **AUTH_ENV, "GLOG_v": "0", "GLOG_minloglevel": "2"}
     env.update({
-        prefix + "PORT": str(port),
-        prefix + "PORT_FILE": str(port_file),
-        prefix + "METRICS_PORT": str(metrics_port),
+        # Port 0: the service binds a free port itself and reports it in its ready file.
+        prefix + "PORT": "0",
+        prefix + "METRICS_PORT": "0",
+        prefix + "READY_FILE": str(ready_file),
         prefix + "STORAGE_ROOT": state.storage_root,
         prefix + "REDIS_URL": state.redis_url,
         prefix + "RAY_ADDRESS": state.ray_address,
@@ -166,19 +170,43 @@ def _service_env(
     return env
 
 
+def ready_file(state_dir: Path, service: str) -> Path:
+    return state_dir / f"{service}.ready.json"
+
+
 def _start_service(service: str, state: StackState, auth: dict[str, str]) -> ServiceProcess:
+    """Starts the service's process; its address is known once it is ready (_wait_ready)."""
     state_dir = Path(state.state_dir)
-    port, metrics_port = free_port(), free_port()
-    port_file = state_dir / f"{service}.port"
-    port_file.unlink(missing_ok=True)
+    ready = ready_file(state_dir, service)
+    ready.unlink(missing_ok=True)
     log_file = state_dir / f"{service}.log"
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", f"paddleray.services.{service}"],
-            env=_service_env(service, state, port, metrics_port, port_file, auth),
+            env=_service_env(service, state, ready, auth),
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
-    return ServiceProcess(service, f"127.0.0.1:{port}", process.pid, str(log_file), f"127.0.0.1:{metrics_port}")
+    return ServiceProcess(service, "", process.pid, str(log_file))
+
+
+def _wait_ready(process: ServiceProcess, state: StackState, timeout: float) -> None:
+    """Waits for the service's ready file, takes its addresses from it, then waits for SERVING."""
+    state_dir = Path(state.state_dir)
+
+    def ready() -> dict | None:
+        if not pid_alive(process.pid):
+            raise RuntimeError(f"{process.name} exited during start-up; see {process.log_file}")
+        document = read_ready_file(ready_file(state_dir, process.name))
+        # A file left by an earlier process of the same name does not count.
+        return document if document is not None and document["pid"] == process.pid else None
+
+    document = wait_until(ready, timeout=timeout, interval=0.1, message=f"{process.name}'s ready file (log: {process.log_file})")
+    process.address = f"{document['host']}:{document['port']}"
+    process.metrics_address = f"{document['host']}:{document['metrics_port']}"
+    wait_until(
+        lambda: _serving_or_dead(process, state), timeout=timeout, interval=0.2,
+        message=f"{process.name} to report SERVING (log: {process.log_file})",
+    )
 
 
 def up(
@@ -197,7 +225,9 @@ def up(
     services serve TLS (the scheduler dials the trainer, and the stack checks health, with its CA).
     """
     existing = StackState.load(state_dir)
-    if existing is not None and all(existing.serving(name) for name in existing.services):
+    if existing is not None and set(existing.services) == set(SERVICES) and all(
+        existing.serving(name) for name in existing.services
+    ):
         return existing
     if existing is not None:
         down(state_dir)
@@ -216,15 +246,13 @@ def up(
     state.save()  # saved before the services start, so that `down` can clean up a failed `up`
     auth = {**_auth_env(dict(os.environ), auth_token), **_tls_env(tls)}
     try:
-        # The scheduler needs the trainer's address, so the trainer goes first.
+        # Each starts once the one whose address it needs is ready: the scheduler dials the
+        # trainer, the exporter the scheduler (SERVICES is that order).
         for service in SERVICES:
             state.services[service] = _start_service(service, state, auth)
             state.save()
-        for process in state.services.values():
-            wait_until(
-                lambda p=process: _serving_or_dead(p, state), timeout=timeout, interval=0.2,
-                message=f"{process.name} to report SERVING (log: {process.log_file})",
-            )
+            _wait_ready(state.services[service], state, timeout)
+        state.save()
     except BaseException:
         down(state_dir)
         raise

@@ -82,3 +82,37 @@ def test_up_uses_a_reachable_redis_and_a_given_ray_cluster(tmp_path, redis_url, 
         assert stack.down(tmp_path / "stack")
     assert port_open(ray_head.port), "down must not stop a Ray cluster the stack did not start"
     assert redis_reachable(redis_url), "down must not stop a Redis the stack did not start"
+
+
+STACK_LOOP = int(os.environ.get("PADDLERAY_STACK_LOOP", "3"))
+
+
+@pytest.mark.stack_loop
+@pytest.mark.timeout(120 + 90 * STACK_LOOP)
+def test_the_stack_starts_again_and_again_without_a_port_clash(tmp_path, redis_url, ray_head):
+    """`up` then `down`, PADDLERAY_STACK_LOOP times (3 in CI; e.g. 20 by hand), never failing on a port.
+
+    Every other start is a whole stack of its own (its Redis and Ray head, ports chosen and
+    chosen again if taken); the others use the session's Redis and Ray, where the Ray workers
+    already running take ephemeral ports while the services start, as in the race this guards.
+    """
+    for i in range(STACK_LOOP):
+        own = i % 2 == 0
+        state_dir = tmp_path / f"stack-{i}"
+        if own:
+            state = stack.up(state_dir, redis_url=None, num_cpus=1)
+        else:
+            state = stack.up(state_dir, redis_url=redis_url, ray_address=ray_head.address)
+        try:
+            assert (state.redis_pid is not None) is own and (state.ray_pid is not None) is own
+            for name, process in state.services.items():
+                ready = json.loads((state_dir / f"{name}.ready.json").read_text())
+                # The address in the state file is the one the service reported having bound.
+                assert (ready["pid"], process.address) == (process.pid, f"127.0.0.1:{ready['port']}")
+                assert serving(process.address), f"iteration {i}: {name} not SERVING"
+                metrics = urllib.request.urlopen(f"http://{process.metrics_address}/metrics", timeout=5).read()
+                assert b"paddleray_grpc_requests_total" in metrics
+        finally:
+            assert stack.down(state_dir)
+        for process in state.services.values():
+            assert "Failed to bind" not in open(process.log_file).read(), f"iteration {i}: {process.log_file}"

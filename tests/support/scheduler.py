@@ -26,20 +26,23 @@ def make_job(entrypoint: str = "pkg.train:main", *, cpus: float = 1.0, gpus: flo
 
 
 class SchedulerProcess:
-    """`python -m paddleray.services.scheduler` as a real child process, killable with SIGKILL."""
+    """`python -m paddleray.services.scheduler` as a real child process, killable with SIGKILL.
+
+    The first start binds port 0 and reads the bound port from the ready file (a port chosen
+    here and bound by the child seconds later can be taken in between); a restart binds the
+    same port again, as a restarted replica keeps its address, and only if that port was
+    taken meanwhile comes up on a new one (`address` follows).
+    """
 
     def __init__(self, redis_url: str, trainer_address: str, log_dir, **settings) -> None:
         import os
 
-        from support import free_port
-
-        self.port = free_port()
+        self.port = 0
         self.log_dir = log_dir
         self.env = {
             **os.environ,
             "PADDLERAY_SCHEDULER_REDIS_URL": redis_url,
             "PADDLERAY_SCHEDULER_TRAINER_ADDRESS": trainer_address,
-            "PADDLERAY_SCHEDULER_PORT": str(self.port),
             "PADDLERAY_SCHEDULER_LEASE_TTL_S": "2",
             "PADDLERAY_SCHEDULER_DISPATCH_INTERVAL_S": "0.05",
             "PADDLERAY_SCHEDULER_GRACE_PERIOD_S": "0",
@@ -53,12 +56,19 @@ class SchedulerProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def log_path(self):
-        return self.log_dir / f"scheduler-{self.port}-{self.starts}.log"
+    def log_path(self, start: int | None = None):
+        """The log of one start (the latest by default)."""
+        return self.log_dir / f"scheduler-{id(self)}-{start or self.starts}.log"
 
     async def start(self, metadata: tuple = ()) -> None:
         """Starts it and waits until it answers (to a caller with metadata), polling with
         asyncio.sleep so that servers on the caller's event loop (the fake trainer) keep serving."""
+        if not await self._start_on(self.port, metadata):
+            assert self.port, self.log_path().read_text()
+            await self._start_on(0, metadata)
+
+    async def _start_on(self, port: int, metadata: tuple) -> bool:
+        """True once it answers; False if the process could not bind `port`."""
         import asyncio
         import subprocess
         import sys
@@ -67,19 +77,29 @@ class SchedulerProcess:
 
         from paddleray.scheduler.v1 import job_service_pb2 as js
         from paddleray.scheduler.v1 import job_service_pb2_grpc
+        from paddleray.services.localstack.ports import read_ready_file
 
         self.starts += 1
+        ready_file = self.log_dir / f"scheduler-{id(self)}-{self.starts}.ready.json"
+        env = {**self.env, "PADDLERAY_SCHEDULER_PORT": str(port), "PADDLERAY_SCHEDULER_READY_FILE": str(ready_file)}
         with open(self.log_path(), "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=self.env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=env,
                                          stdout=log, stderr=log)
         async with asyncio.timeout(60):
+            while (ready := read_ready_file(ready_file)) is None:
+                if self.proc.poll() is not None:
+                    log_text = self.log_path().read_text()
+                    assert port and ("could not bind" in log_text or "Failed to bind" in log_text), log_text
+                    return False
+                await asyncio.sleep(0.05)
+            self.port = ready["port"]
             while True:
                 assert self.proc.poll() is None, self.log_path().read_text()
                 async with aio.insecure_channel(self.address) as channel:
                     try:
                         await job_service_pb2_grpc.JobServiceStub(channel).ListJobs(js.ListJobsRequest(page_size=1),
                                                                                     timeout=1, metadata=metadata)
-                        return
+                        return True
                     except aio.AioRpcError:
                         await asyncio.sleep(0.1)
 

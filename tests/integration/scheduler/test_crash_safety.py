@@ -76,8 +76,7 @@ async def test_sigkill_and_restart_every_job_finishes_exactly_once(redis_url, tm
             assert len(fake.runs_of(job.name)) == expected
         assert done["k1"].attempts[1].resumed_from.step == 4
         # The restarted processes re-attached to runs the killed ones had started.
-        assert "took over" in scheduler.log_path().read_text() or "took over" in (
-            tmp_path / f"scheduler-{scheduler.port}-2.log").read_text()
+        assert "took over" in scheduler.log_path().read_text() or "took over" in scheduler.log_path(2).read_text()
         assert fake.overlapping_jobs == set()
     finally:
         scheduler.stop()
