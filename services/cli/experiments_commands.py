@@ -35,13 +35,14 @@ def trial_counts(experiment: experiment_pb2.Experiment) -> str:
 
 
 def sweep(
+    ctx: typer.Context,
     spec: Path = ExperimentSpecArgument,
     watch: bool = typer.Option(False, "--watch", help="Follow the sweep until it ends, then print its trials."),
     wait_timeout: str = WaitTimeoutOption,
 ) -> None:
     """Start a hyperparameter sweep described by a YAML spec file."""
     experiment, experiment_id = load_experiment(spec)
-    client = session.client()
+    client = session.client(ctx)
     created = client.create_experiment(experiment, experiment_id=experiment_id)
     output.console().print(f"created {created.name} with {created.total_trials} trials", markup=False)
     if watch:
@@ -103,9 +104,10 @@ def print_trials(client: Client, experiment: experiment_pb2.Experiment) -> None:
 
 
 @app.command(name="list")
-def list_experiments(limit: int = typer.Option(50, min=1), fmt: Format = OutputOption) -> None:
+def list_experiments(
+    ctx: typer.Context, limit: int = typer.Option(50, min=1), fmt: Format = OutputOption) -> None:
     """List experiments, newest first."""
-    experiments = list(session.client().list_experiments(limit=limit))
+    experiments = list(session.client(ctx).list_experiments(limit=limit))
     if fmt != Format.table:
         output.emit(fmt, [output.as_data(e) for e in experiments])
         return
@@ -118,9 +120,10 @@ def list_experiments(limit: int = typer.Option(50, min=1), fmt: Format = OutputO
 
 
 @app.command(name="get")
-def get(name: str = typer.Argument(..., help="experiments/ID or ID"), fmt: Format = OutputOption) -> None:
+def get(
+    ctx: typer.Context, name: str = typer.Argument(..., help="experiments/ID or ID"), fmt: Format = OutputOption) -> None:
     """Show an experiment and its trials."""
-    client = session.client()
+    client = session.client(ctx)
     experiment = client.get_experiment(name)
     if fmt != Format.table:
         data = output.as_data(experiment)
@@ -136,13 +139,15 @@ def get(name: str = typer.Argument(..., help="experiments/ID or ID"), fmt: Forma
 
 
 @app.command(name="watch")
-def watch(name: str = typer.Argument(..., help="experiments/ID or ID"), wait_timeout: str = WaitTimeoutOption) -> None:
+def watch(
+    ctx: typer.Context, name: str = typer.Argument(..., help="experiments/ID or ID"), wait_timeout: str = WaitTimeoutOption) -> None:
     """Follow an experiment until it ends; exit code by its final state."""
-    raise typer.Exit(int(follow_experiment(session.client(), name, _duration(wait_timeout, "--wait-timeout"))))
+    raise typer.Exit(int(follow_experiment(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
 
 
 @app.command()
-def cancel(name: str = typer.Argument(..., help="experiments/ID or ID")) -> None:
+def cancel(
+    ctx: typer.Context, name: str = typer.Argument(..., help="experiments/ID or ID")) -> None:
     """Cancel an experiment and its running trials."""
-    experiment = session.client().cancel_experiment(name, reason="cancelled from the CLI")
+    experiment = session.client(ctx).cancel_experiment(name, reason="cancelled from the CLI")
     output.console().print(f"{experiment.name}: {experiment_state(experiment.state)}", markup=False)

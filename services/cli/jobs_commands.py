@@ -67,6 +67,7 @@ def _finite(value: float, option: str, minimum: float = 0.0) -> float:
 
 @app.command()
 def submit(
+    ctx: typer.Context,
     entrypoint: str = typer.Argument(..., help="package.module:function"),
     config: str = typer.Option("{}", help="JSON object handed to the function as its config."),
     workers: int = typer.Option(1, min=1, max=1024, help="Data-parallel ranks."),
@@ -87,21 +88,24 @@ def submit(
         raise typer.BadParameter("must be a JSON object such as '{\"epochs\": 3}'", param_hint="--config")
     job = build_job(entrypoint, parsed, workers, _finite(cpus, "--cpus"), _finite(gpus, "--gpus"), max_retries,
                     _duration(timeout, "--timeout") or 0)
-    _create_and_maybe_watch(job, "", watch_job, _duration(wait_timeout, "--wait-timeout"))
+    _create_and_maybe_watch(ctx, job, "", watch_job, _duration(wait_timeout, "--wait-timeout"))
 
 
 def submit_file(
+    ctx: typer.Context,
     spec: Path = JobSpecArgument,
     watch_job: bool = typer.Option(False, "--watch", help="Follow the job until it ends; exit code by its state."),
     wait_timeout: str = WaitTimeoutOption,
 ) -> None:
     """Queue a job described by a YAML spec file."""
     job, job_id = load_job(spec)
-    _create_and_maybe_watch(job, job_id, watch_job, _duration(wait_timeout, "--wait-timeout"))
+    _create_and_maybe_watch(ctx, job, job_id, watch_job, _duration(wait_timeout, "--wait-timeout"))
 
 
-def _create_and_maybe_watch(job: job_pb2.Job, job_id: str, watch_job: bool, wait_timeout: float | None) -> None:
-    client = session.client()
+def _create_and_maybe_watch(
+    ctx: typer.Context, job: job_pb2.Job, job_id: str, watch_job: bool, wait_timeout: float | None,
+) -> None:
+    client = session.client(ctx)
     created = client.create_job(job, job_id=job_id)
     output.console().print(f"created {created.name} ({state_name(created.state)})", markup=False)
     if watch_job:
@@ -120,12 +124,14 @@ def follow(client: Client, name: str, wait_timeout: float | None = None) -> Exit
 
 
 @app.command(name="watch")
-def watch(name: str = typer.Argument(..., help="jobs/ID or ID"), wait_timeout: str = WaitTimeoutOption) -> None:
+def watch(
+    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"), wait_timeout: str = WaitTimeoutOption) -> None:
     """Follow a job until it ends; exit code by its final state (docs/cli.md)."""
-    raise typer.Exit(int(follow(session.client(), name, _duration(wait_timeout, "--wait-timeout"))))
+    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
 
 
 def watch_any(
+    ctx: typer.Context,
     name: str = typer.Argument(..., help="jobs/ID, experiments/ID, or a job ID"),
     wait_timeout: str = WaitTimeoutOption,
 ) -> None:
@@ -133,8 +139,8 @@ def watch_any(
     if name.startswith("experiments/"):
         from paddleray.services.cli.experiments_commands import follow_experiment
 
-        raise typer.Exit(int(follow_experiment(session.client(), name, _duration(wait_timeout, "--wait-timeout"))))
-    raise typer.Exit(int(follow(session.client(), name, _duration(wait_timeout, "--wait-timeout"))))
+        raise typer.Exit(int(follow_experiment(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
+    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
 
 
 def job_rows(jobs: list[job_pb2.Job]) -> list[list[str]]:
@@ -150,6 +156,7 @@ JOB_HEADERS = ("job", "state", "entrypoint", "workers", "attempts", "last metric
 
 @app.command(name="list")
 def list_jobs(
+    ctx: typer.Context,
     state: list[str] = StateOption,
     experiment: str = typer.Option("", help="Only trials of this experiment."),
     label: list[str] = LabelOption,
@@ -169,7 +176,7 @@ def list_jobs(
         if not sep or not key:
             raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--label")
         labels[key] = value
-    jobs = list(session.client().list_jobs(
+    jobs = list(session.client(ctx).list_jobs(
         limit=limit, page_size=page_size, states=states, labels=labels,
         experiment=experiment_name(experiment) if experiment else "",
     ))
@@ -180,9 +187,10 @@ def list_jobs(
 
 
 @app.command(name="get")
-def get(name: str = typer.Argument(..., help="jobs/ID or ID"), fmt: Format = OutputOption) -> None:
+def get(
+    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"), fmt: Format = OutputOption) -> None:
     """Show one job: spec, state, attempts, latest checkpoint and metrics."""
-    job = session.client().get_job(name)
+    job = session.client(ctx).get_job(name)
     if fmt != Format.table:
         output.emit(fmt, output.as_data(job))
         return
@@ -207,6 +215,7 @@ def get(name: str = typer.Argument(..., help="jobs/ID or ID"), fmt: Format = Out
 
 @app.command(name="logs")
 def logs(
+    ctx: typer.Context,
     name: str = typer.Argument(..., help="jobs/ID or ID"),
     follow_logs: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the attempt ends."),
     tail: int = typer.Option(0, min=0, help="Start with the last N lines of each rank."),
@@ -215,13 +224,14 @@ def logs(
 ) -> None:
     """Print a job's worker logs (resumes by itself after a dropped connection)."""
     out = output.console()
-    for line in session.client().job_logs(name, follow=follow_logs, tail_lines=tail, rank=rank, attempt=attempt):
+    for line in session.client(ctx).job_logs(name, follow=follow_logs, tail_lines=tail, rank=rank, attempt=attempt):
         out.print(Text.assemble((f"[rank {line.rank}] ", "dim"), line.text), highlight=False, soft_wrap=True)
 
 
 @app.command()
-def cancel(name: str = typer.Argument(..., help="jobs/ID or ID"),
+def cancel(
+    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"),
            reason: str = typer.Option("cancelled from the CLI", help="Stored as the job's state reason.")) -> None:
     """Cancel a job."""
-    job = session.client().cancel_job(job_name(name), reason=reason)
+    job = session.client(ctx).cancel_job(job_name(name), reason=reason)
     output.console().print(f"{job.name}: {state_name(job.state)}", markup=False)

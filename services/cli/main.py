@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -26,7 +25,7 @@ from paddleray.services.client import ClientError
 class _Group(TyperGroup):
     """Every command's SDK errors end as one line on stderr and a distinct exit code, never a traceback."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         except ClientError as error:
@@ -34,7 +33,8 @@ class _Group(TyperGroup):
 
 
 app = typer.Typer(
-    cls=_Group, no_args_is_help=True, pretty_exceptions_enable=False,
+    # Plain click errors: a usage mistake is one "Error: ..." line naming the option, not a box.
+    cls=_Group, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
     help="paddleray: PaddlePaddle training on Ray, behind gRPC services.",
 )
 

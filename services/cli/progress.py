@@ -21,6 +21,12 @@ def metrics_text(metrics) -> str:
     return " ".join(f"{k}={format_number(v)}" for k, v in sorted(metrics.items()))
 
 
+def first_line(reason: str) -> str:
+    """A state reason's first line: a failure's traceback is in `jobs get` and the logs."""
+    head, _, rest = reason.strip().partition("\n")
+    return head + (" [...]" if rest else "")
+
+
 def format_number(value: float) -> str:
     value = structs.integral(value)
     return str(value) if isinstance(value, int) else f"{value:.4g}"
@@ -76,7 +82,7 @@ class JobProgress:
         if kind == "state_change":
             change = event.state_change
             self.state = change.to_state
-            reason = f" ({change.reason})" if change.reason else ""
+            reason = f" ({first_line(change.reason)})" if change.reason else ""
             self._line(f"{prefix} {state_name(change.from_state)} -> {state_name(change.to_state)}{reason}")
         elif kind == "metrics":
             metrics = event.metrics.metrics
@@ -100,7 +106,7 @@ class JobProgress:
             self._progress.update(self._task, description=self._description())
             self._progress.stop()
             self._progress = None
-        reason = f" ({job.state_reason})" if job.state_reason else ""
+        reason = f" ({first_line(job.state_reason)})" if job.state_reason else ""
         metrics = metrics_text(job.latest_metrics.metrics)
         self.console.print(
             f"{job.name} ended {state_name(job.state)}{reason} after {len(job.attempts)} attempt(s)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import click
+import typer
 
 from paddleray.services.cli.output import exit_for
 from paddleray.services.client import Client, ClientError, resolve
@@ -25,7 +25,7 @@ class Session:
     timeout: float = 30.0
     _client: Client | None = field(default=None, repr=False)
 
-    def client(self) -> Client:
+    def client(self, ctx: typer.Context) -> Client:
         if self._client is None:
             try:
                 settings = resolve(
@@ -36,17 +36,13 @@ class Session:
                 self._client = Client(settings, timeout=self.timeout)
             except ClientError as error:
                 raise exit_for(error) from None
-            click.get_current_context().call_on_close(self._client.close)
+            ctx.find_root().call_on_close(self._client.close)
         return self._client
 
 
-def session() -> Session:
-    root = click.get_current_context().find_root()
+def client(ctx: typer.Context) -> Client:
+    """The invocation's client, made on first use from the root's connection options."""
+    root = ctx.find_root()
     if not isinstance(root.obj, Session):
         root.obj = Session()
-    return root.obj
-
-
-def client() -> Client:
-    return session().client()
-
+    return root.obj.client(ctx)

@@ -91,7 +91,7 @@ class Client:
         try:
             return method(request, timeout=timeout or self.timeout)
         except grpc.RpcError as error:
-            raise translate(error, address or self.settings.address) from None
+            raise translate(error, address or self.settings.address, self.settings.source) from None
 
     # Jobs ------------------------------------------------------------------------------------
 

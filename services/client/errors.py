@@ -42,8 +42,9 @@ class WaitTimeout(ClientError):
     """A wait_* helper gave up before the job / experiment ended (it keeps running)."""
 
 
-def translate(error: grpc.RpcError, address: str) -> ClientError:
+def translate(error: grpc.RpcError, address: str, source: str = "") -> ClientError:
     code = error.code()
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return Unreachable(address, f"{code.name}: {error.details()}")
+        where = f" (address from {source})" if source else ""
+        return Unreachable(address, f"{code.name}: {error.details()}{where}")
     return ServiceError(code, error.details() or "")
