@@ -60,7 +60,9 @@ def test_nothing_to_connect_to_is_a_connection_error_with_advice(tmp_path, monke
     assert "--address" in result.stderr and "paddleray up" in result.stderr
 
 
-def test_a_token_from_flag_env_or_token_file(redis_url, tmp_path, cli_stack):
+def test_a_token_from_flag_env_or_token_file(redis_server, tmp_path, cli_stack):
+    # A database of its own on the stack's Redis (the redis_url fixture would flush the stack's).
+    redis_url = redis_server.url.rsplit("/", 1)[0] + "/3"
     scheduler = SchedulerProcess(redis_url, cli_stack.address("trainer"), tmp_path, auth_token="s3cret")
     # SchedulerProcess.start polls ListJobs, which this one refuses without the token: wait on health.
     with open(scheduler.log_path(), "wb") as log:
