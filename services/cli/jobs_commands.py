@@ -183,7 +183,7 @@ def list_jobs(
     if fmt != Format.table:
         output.emit(fmt, [output.as_data(job) for job in jobs])
         return
-    output.table(JOB_HEADERS, job_rows(jobs))
+    output.table(JOB_HEADERS, job_rows(jobs), keep=(0, 1))
 
 
 @app.command(name="get")

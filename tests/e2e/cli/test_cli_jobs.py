@@ -115,6 +115,7 @@ def test_list_never_cuts_ids_and_pipes_get_plain_text(cli, tmp_path):
     assert not set("│┃━─…") & set(piped.stdout), piped.stdout  # no box drawing, no ellipsis
     assert piped.stdout.splitlines()[0].split()[:2] == ["JOB", "STATE"]
     terminal = cli("jobs", "list", env={"COLUMNS": "80", "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"})
+    assert "┃" in terminal.stdout  # a rich table this time
     assert "jobs/a-job-id-long-enough-to-be-cut-in-80-columns" in terminal.stdout, terminal.stdout
 
 
