@@ -31,6 +31,8 @@ def test_submit_spec_watch_succeeds_and_user_code_gets_integers(cli, tmp_path):
     assert logs.exit_code == 0, logs.stderr
     assert "'epochs': 'int'" in logs.stdout and "'lr': 'float'" in logs.stdout
     assert "hidden[0] type: int" in logs.stdout
+    live = cli("watch", name, env={"TTY_COMPATIBLE": "1", "COLUMNS": "160"})  # a terminal: a progress bar
+    assert live.exit_code == 0 and "100%" in live.stdout and "epoch 2/2 step 2" in live.stdout, live.stdout
     shown = cli("jobs", "get", name)
     assert '"hidden_sizes": [128]' in shown.stdout and "128.0" not in shown.stdout
 
