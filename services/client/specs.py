@@ -241,8 +241,13 @@ def job_from_spec(spec: JobSpec, base_dir: Path) -> tuple[job_pb2.Job, str]:
     if spec.init_from is not None:
         if "init_from" not in common_pb2.TrainingSpec.DESCRIPTOR.fields_by_name:
             raise SpecError("init_from: not supported by this version of paddleray (TrainingSpec has no init_from)")
+        source = spec.init_from
+        if isinstance(source, str):
+            # Shorthand: a job name, a model version name, or a checkpoint directory.
+            kind = "job" if source.startswith("jobs/") else "model_version" if source.startswith("models/") else "checkpoint_uri"
+            source = {kind: source}
         try:
-            json_format.ParseDict({"init_from": spec.init_from}, training, ignore_unknown_fields=False)
+            json_format.ParseDict({"init_from": source}, training, ignore_unknown_fields=False)
         except json_format.ParseError as error:
             raise SpecError(f"init_from: {error}") from None
     job = job_pb2.Job(spec=training, display_name=spec.display_name, priority=spec.priority, tenant=spec.tenant,
