@@ -106,7 +106,7 @@ def _create_and_maybe_watch(
     ctx: typer.Context, job: job_pb2.Job, job_id: str, watch_job: bool, wait_timeout: float | None,
 ) -> None:
     client = session.client(ctx)
-    created = client.create_job(job, job_id=job_id)
+    created = client.create_job(client.ship_code(job), job_id=job_id)
     output.console().print(f"created {created.name} ({state_name(created.state)})", markup=False)
     if watch_job:
         raise typer.Exit(int(follow(client, created.name, wait_timeout)))

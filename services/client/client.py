@@ -29,8 +29,8 @@ from paddleray.scheduler.v1 import (
     job_service_pb2,
     job_service_pb2_grpc,
 )
-from paddleray.services.client import channel, config
-from paddleray.services.client.errors import Unreachable, WaitTimeout, translate
+from paddleray.services.client import channel, config, packaging
+from paddleray.services.client.errors import SpecError, Unreachable, WaitTimeout, translate
 from paddleray.services.client.streams import LogCursor, Reconnect, resuming
 
 J = job_pb2.JobState
@@ -92,6 +92,25 @@ class Client:
             return method(request, timeout=timeout or self.timeout)
         except grpc.RpcError as error:
             raise translate(error, address or self.settings.address, self.settings.source) from None
+
+    # Code ------------------------------------------------------------------------------------
+
+    def ship_code(self, job: job_pb2.Job) -> job_pb2.Job:
+        """Uploads a job's local working_dir (once per content: packages are content-addressed)
+        and points the job at the package URI; a URI or an empty working_dir is left alone."""
+        working_dir = job.spec.runtime_env.working_dir
+        if not working_dir or "://" in working_dir:
+            return job
+        try:
+            uri = packaging.upload_package(self._scheduler, working_dir, timeout=max(self.timeout, 300.0))
+        except packaging.PackageError as error:
+            raise SpecError(f"working_dir: {error}") from None
+        except grpc.RpcError as error:
+            raise translate(error, self.settings.address, self.settings.source) from None
+        shipped = job_pb2.Job()
+        shipped.CopyFrom(job)
+        shipped.spec.runtime_env.working_dir = uri
+        return shipped
 
     # Jobs ------------------------------------------------------------------------------------
 

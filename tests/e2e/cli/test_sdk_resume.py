@@ -4,6 +4,7 @@ event and every log line arrives exactly once, in order."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -20,7 +21,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 @pytest.fixture
 def scheduler(redis_server, cli_stack, tmp_path):
-    process = SchedulerProcess(redis_server.url.rsplit("/", 1)[0] + "/4", cli_stack.address("trainer"), tmp_path)
+    process = SchedulerProcess(redis_server.url.rsplit("/", 1)[0] + "/4", cli_stack.address("trainer"), tmp_path,
+                               entrypoint_allowlist=json.dumps([MODULE]))
     asyncio.run(process.start())
     yield process
     process.stop()
