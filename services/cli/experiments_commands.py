@@ -50,19 +50,28 @@ def sweep(
         raise typer.Exit(int(follow_experiment(client, created.name, _duration(wait_timeout, "--wait-timeout"))))
 
 
-def follow_experiment(client: Client, name: str, wait_timeout: float | None = None) -> ExitCode:
+def follow_experiment(client: Client, name: str, wait_timeout: float | None = None,
+                      fmt: Format = Format.table) -> ExitCode:
+    """Progress until the sweep ends, then its trials and best trial (as JSON / YAML: each
+    change of the experiment, then the final one with its trials); exit code by its state."""
     out = output.console()
     shown = ""
 
     def progress(experiment: experiment_pb2.Experiment) -> None:
         nonlocal shown
+        if fmt != Format.table:
+            output.emit_item(fmt, output.as_data(experiment))
+            return
         line = f"{experiment.name} {experiment_state(experiment.state)}: {trial_counts(experiment)}"
         if line != shown:
             out.print(line, markup=False, highlight=False)
             shown = line
 
     finished = client.wait_experiment(name, timeout=wait_timeout, on_update=progress)
-    print_trials(client, finished)
+    if fmt != Format.table:
+        output.emit_item(fmt, {**output.as_data(finished), "trials": [output.as_data(t) for t in client.trials(name)]})
+    else:
+        print_trials(client, finished)
     return _EXIT.get(finished.state, ExitCode.WAIT_TIMEOUT)
 
 
@@ -141,9 +150,11 @@ def get(
 
 @app.command(name="watch")
 def watch(
-    ctx: typer.Context, name: str = typer.Argument(..., help="experiments/ID or ID"), wait_timeout: str = WaitTimeoutOption) -> None:
+    ctx: typer.Context, name: str = typer.Argument(..., help="experiments/ID or ID"), wait_timeout: str = WaitTimeoutOption,
+    fmt: Format = OutputOption,
+) -> None:
     """Follow an experiment until it ends; exit code by its final state."""
-    raise typer.Exit(int(follow_experiment(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
+    raise typer.Exit(int(follow_experiment(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"), fmt)))
 
 
 @app.command()

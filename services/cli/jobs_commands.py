@@ -112,9 +112,16 @@ def _create_and_maybe_watch(
         raise typer.Exit(int(follow(client, created.name, wait_timeout)))
 
 
-def follow(client: Client, name: str, wait_timeout: float | None = None) -> ExitCode:
-    """Shows the job's progress until it ends; the exit code of its final state."""
+def follow(client: Client, name: str, wait_timeout: float | None = None, fmt: Format = Format.table) -> ExitCode:
+    """Shows the job's progress until it ends (or, as JSON / YAML, its events and the final
+    job); the exit code of its final state."""
     job = client.get_job(name)
+    if fmt != Format.table:
+        for event in client.watch_job(job.name, timeout=wait_timeout):
+            output.emit_item(fmt, output.as_data(event))
+        finished = client.get_job(job.name)
+        output.emit_item(fmt, output.as_data(finished))
+        return output.job_exit_code(finished.state)
     with JobProgress(job, output.console()) as progress:
         for event in client.watch_job(job.name, timeout=wait_timeout):
             progress.update(event)
@@ -125,22 +132,25 @@ def follow(client: Client, name: str, wait_timeout: float | None = None) -> Exit
 
 @app.command(name="watch")
 def watch(
-    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"), wait_timeout: str = WaitTimeoutOption) -> None:
+    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"), wait_timeout: str = WaitTimeoutOption,
+    fmt: Format = OutputOption,
+) -> None:
     """Follow a job until it ends; exit code by its final state (docs/cli.md)."""
-    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
+    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"), fmt)))
 
 
 def watch_any(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="jobs/ID, experiments/ID, or a job ID"),
     wait_timeout: str = WaitTimeoutOption,
+    fmt: Format = OutputOption,
 ) -> None:
     """Follow a job or an experiment until it ends; exit code by its final state."""
     if name.startswith("experiments/"):
         from paddleray.services.cli.experiments_commands import follow_experiment
 
-        raise typer.Exit(int(follow_experiment(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
-    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"))))
+        raise typer.Exit(int(follow_experiment(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"), fmt)))
+    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"), fmt)))
 
 
 def job_rows(jobs: list[job_pb2.Job]) -> list[list[str]]:
@@ -221,10 +231,14 @@ def logs(
     tail: int = typer.Option(0, min=0, help="Start with the last N lines of each rank."),
     rank: int = typer.Option(None, min=0, help="Only this rank."),
     attempt: int = typer.Option(0, min=0, help="Attempt number; 0 is the newest."),
+    fmt: Format = OutputOption,
 ) -> None:
     """Print a job's worker logs (resumes by itself after a dropped connection)."""
     out = output.console()
     for line in session.client(ctx).job_logs(name, follow=follow_logs, tail_lines=tail, rank=rank, attempt=attempt):
+        if fmt != Format.table:
+            output.emit_item(fmt, output.as_data(line))
+            continue
         out.print(Text.assemble((f"[rank {line.rank}] ", "dim"), line.text), highlight=False, soft_wrap=True)
 
 

@@ -78,6 +78,14 @@ def emit(fmt: Format, data) -> None:
         typer.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip())
 
 
+def emit_item(fmt: Format, data) -> None:
+    """One item of a stream: a JSON line (JSON Lines), or a YAML document."""
+    if fmt == Format.json:
+        typer.echo(json.dumps(data, separators=(",", ":")))
+    else:
+        typer.echo("---\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True).rstrip())
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "", keep: Sequence[int] = (0,)) -> None:
     """A table: rich on a terminal (the `keep` columns never cut), aligned plain text in a pipe."""
     out = console()

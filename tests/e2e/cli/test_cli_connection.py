@@ -84,6 +84,15 @@ def test_a_token_from_flag_env_or_token_file(redis_server, tmp_path, cli_stack):
         scheduler.stop()
 
 
+def test_status_as_json(cli_stack, tmp_path):
+    result = Cli(None)("status", "--state-dir", cli_stack.state_dir, "-o", "json")
+    assert result.exit_code == 0, result.stdout
+    status = json.loads(result.stdout)
+    assert status["healthy"] is True and set(status["services"]) == {"trainer", "scheduler", "exporter"}
+    missing = Cli(None)("status", "--state-dir", str(tmp_path), "-o", "json")
+    assert missing.exit_code == ExitCode.UNREACHABLE and json.loads(missing.stdout) == {"running": False}
+
+
 def test_demo_uses_a_running_stack_and_leaves_it_running(cli_stack):
     with demo_stack(Path(cli_stack.state_dir), keep=False) as state:
         assert state.address("scheduler") == cli_stack.address("scheduler")

@@ -46,6 +46,9 @@ def test_sweep_watch_prints_a_table_with_integers_and_a_best_trial_that_agrees(c
     assert shown.exit_code == 0 and "SUCCEEDED" in shown.stdout
     assert cli("experiments", "watch", name).exit_code == ExitCode.SUCCEEDED
     assert cli("watch", name).exit_code == ExitCode.SUCCEEDED
+    streamed = cli("experiments", "watch", name, "-o", "json")
+    final = json.loads(streamed.stdout.splitlines()[-1])
+    assert final["name"] == name and len(final["trials"]) == 2
 
 
 def test_cancel_an_experiment_and_its_exit_code(cli, tmp_path):

@@ -142,7 +142,13 @@ def test_logs_tail_rank_and_follow(cli, tmp_path):
     ]
     tail = cli("jobs", "logs", name, "--tail", "1", "--rank", "0")
     assert tail.stdout.strip().splitlines()[-1] == "[rank 0] slow epoch 4"
-    assert cli("jobs", "watch", name).exit_code == 0
+    as_lines = [json.loads(line) for line in cli("logs", name, "-o", "json").stdout.splitlines()]
+    assert [r["text"] for r in as_lines if r["text"].startswith("slow epoch")] == [f"slow epoch {n}" for n in range(1, 5)]
+    watched = cli("jobs", "watch", name, "-o", "json")
+    assert watched.exit_code == 0
+    records = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert [int(r["sequence"]) for r in records[:-1]] == list(range(1, len(records)))
+    assert records[-1]["name"] == name and records[-1]["state"] == "JOB_STATE_SUCCEEDED"
 
 
 def test_unknown_job_is_rejected_with_its_own_exit_code(cli):
