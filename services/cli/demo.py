@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import typer
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from rich.console import Console
 
 from paddleray.common.v1 import common_pb2
@@ -23,6 +23,7 @@ from paddleray.services.cli.jobs_commands import build_job, follow
 from paddleray.services.cli.output import ExitCode
 from paddleray.services.cli.stack_commands import StateDir, show
 from paddleray.services.client import Client, ConnectionConfig
+from paddleray.services.common import structs
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.health import serving
 
@@ -80,7 +81,7 @@ def sweep(client: Client) -> None:
     space = experiment_pb2.SearchSpace()
     space.parameters["lr"].grid.values.extend([struct_pb2.Value(number_value=v) for v in (0.3, 0.03, 0.001)])
     space.parameters["hidden_sizes"].choice.values.extend(
-        [json_format.ParseDict([32], struct_pb2.Value()), json_format.ParseDict([128], struct_pb2.Value())]
+        [structs.to_struct({"v": width}).fields["v"] for width in ([32], [128])]
     )
     experiment = experiment_pb2.Experiment(
         display_name="demo sweep", trial_template=template, search_space=space,

@@ -103,12 +103,12 @@ def print_trials(client: Client, experiment: experiment_pb2.Experiment) -> None:
         ])
     output.table(("trial", "parameters", "state", "epochs", f"last {metric}", f"best {metric}"), rows,
                  title=f"{experiment.name}: {experiment_state(experiment.state)}")
-    best = experiment.best_trial
-    if best.job:
-        parameters = json.dumps(structs.to_python(best.parameters))
+    best_trial = experiment.best_trial
+    if best_trial.job:
+        chosen = json.dumps(structs.to_python(best_trial.parameters))
         output.console().print(
-            f"best trial: {best.job} best {metric}={format_number(best.metric_value)} "
-            f"parameters={parameters} checkpoint={best.checkpoint.uri or '-'}", markup=False, highlight=False,
+            f"best trial: {best_trial.job} best {metric}={format_number(best_trial.metric_value)} "
+            f"parameters={chosen} checkpoint={best_trial.checkpoint.uri or '-'}", markup=False, highlight=False,
             soft_wrap=True,
         )
 

@@ -175,11 +175,11 @@ def list_jobs(
     fmt: Format = OutputOption,
 ) -> None:
     """List jobs, newest first."""
-    states = []
+    states: list[job_pb2.JobState | str] = []
     for given in state or []:
         if given.upper() not in STATES:
             raise typer.BadParameter(f"{given!r} is not one of {', '.join(STATES)}", param_hint="--state")
-        states.append(job_pb2.JobState.Value(f"JOB_STATE_{given.upper()}"))
+        states.append(f"JOB_STATE_{given.upper()}")
     labels = {}
     for item in label or []:
         key, sep, value = item.partition("=")

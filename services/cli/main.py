@@ -25,7 +25,7 @@ from paddleray.services.client import ClientError
 class _Group(TyperGroup):
     """Every command's SDK errors end as one line on stderr and a distinct exit code, never a traceback."""
 
-    def invoke(self, ctx: typer.Context):
+    def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except ClientError as error:

@@ -34,7 +34,7 @@ class ExitCode(enum.IntEnum):
     WAIT_TIMEOUT = 8   # --wait-timeout passed; the job is still running
 
 
-_JOB_EXIT = {
+_JOB_EXIT: dict[int, ExitCode] = {
     job_pb2.JOB_STATE_SUCCEEDED: ExitCode.SUCCEEDED,
     job_pb2.JOB_STATE_FAILED: ExitCode.FAILED,
     job_pb2.JOB_STATE_CANCELLED: ExitCode.CANCELLED,

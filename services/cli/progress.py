@@ -7,7 +7,7 @@ checkpoints printed above it; in a pipe it is one plain line per event, for logs
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import structs
@@ -49,7 +49,7 @@ class JobProgress:
         self.state = job.state
         self.epochs = planned_epochs(job)
         self._progress: Progress | None = None
-        self._task = None
+        self._task = TaskID(0)
 
     def __enter__(self) -> JobProgress:
         if self.console.is_terminal:

@@ -122,7 +122,8 @@ class Client:
         return self.call(self.jobs.GetJob, job_service_pb2.GetJobRequest(name=job_name(name))).job
 
     def list_jobs_page(
-        self, page_size: int = 100, page_token: str = "", states: Sequence[int] = (), labels: dict | None = None,
+        self, page_size: int = 100, page_token: str = "", states: Sequence[job_pb2.JobState | str] = (),
+        labels: dict | None = None,
         experiment: str = "", tenant: str = "",
     ) -> tuple[list[job_pb2.Job], str]:
         request = job_service_pb2.ListJobsRequest(
@@ -231,7 +232,7 @@ class Client:
         return self.call(self.experiments.GetExperiment, request).experiment
 
     def list_experiments(self, limit: int | None = None, page_size: int = 100,
-                         states: Sequence[int] = ()) -> Iterator[experiment_pb2.Experiment]:
+                         states: Sequence[experiment_pb2.ExperimentState | str] = ()) -> Iterator[experiment_pb2.Experiment]:
         token, count = "", 0
         while True:
             size = min(page_size, limit - count) if limit is not None else page_size

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def resolve(
     cwd: Path | None = None,
 ) -> ConnectionConfig:
     """The connection settings by the precedence in the module docstring; ConfigError if none."""
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     given = {
         "address": address, "token": token, "tls_ca": tls_ca, "tls_cert": tls_cert, "tls_key": tls_key,
         "tls_server_name": tls_server_name, "exporter_address": exporter_address,
@@ -104,13 +105,13 @@ def resolve(
     }
     settings: dict[str, Any] = {k: v for k, v in given.items() if v}
     sources = ["arguments"] if settings else []
-    from_env = {k: env[var] for k, var in _ENV.items() if env.get(var) and k not in settings}
+    from_env = {k: environ[var] for k, var in _ENV.items() if environ.get(var) and k not in settings}
     if from_env:
         settings.update(from_env)
         sources.append("environment")
-    context = context or env.get("PADDLERAY_CONTEXT") or None
-    path = Path(config_file or env.get("PADDLERAY_CONFIG") or DEFAULT_CONFIG_FILE).expanduser()
-    file_settings = _context_settings(path, context, explicit=bool(config_file or context or env.get("PADDLERAY_CONFIG")))
+    context = context or environ.get("PADDLERAY_CONTEXT") or None
+    path = Path(config_file or environ.get("PADDLERAY_CONFIG") or DEFAULT_CONFIG_FILE).expanduser()
+    file_settings = _context_settings(path, context, explicit=bool(config_file or context or environ.get("PADDLERAY_CONFIG")))
     if file_settings:
         state_dir = state_dir or file_settings.pop("state_dir", None)
         added = {k: v for k, v in file_settings.items() if k not in settings}

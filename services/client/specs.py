@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from google.protobuf import json_format
@@ -54,6 +54,9 @@ def parse_duration(value: Any) -> float:
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+SpecT = TypeVar("SpecT", bound=_Spec)
 
 
 class ResourcesSpec(_Spec):
@@ -192,7 +195,7 @@ def _line(node: yaml.Node | None, loc: tuple) -> int | None:
     return line
 
 
-def _validated(model: type[_Spec], path: Path) -> tuple[_Spec, yaml.Node | None]:
+def _validated(model: type[SpecT], path: Path) -> tuple[SpecT, yaml.Node | None]:
     data, node = _load(path)
     if not isinstance(data, dict):
         raise SpecError(f"{path}:1: expected a mapping of fields (see examples/)")
@@ -214,13 +217,13 @@ def _validated(model: type[_Spec], path: Path) -> tuple[_Spec, yaml.Node | None]
 def job_from_spec(spec: JobSpec, base_dir: Path) -> tuple[job_pb2.Job, str]:
     """The Job proto and the requested job id."""
     resources = common_pb2.Resources(
-        num_cpus=spec.resources.cpus, num_gpus=spec.resources.gpus, memory_bytes=spec.resources.memory,
+        num_cpus=spec.resources.cpus, num_gpus=spec.resources.gpus, memory_bytes=int(spec.resources.memory),
         custom=spec.resources.custom,
     )
     training = common_pb2.TrainingSpec(
         entrypoint=spec.entrypoint, num_workers=spec.num_workers, resources_per_worker=resources,
         config=structs.to_struct(spec.config),
-        placement_strategy=common_pb2.PlacementStrategy.Value(f"PLACEMENT_STRATEGY_{spec.placement}"),
+        placement_strategy=f"PLACEMENT_STRATEGY_{spec.placement}",
         runtime_env=common_pb2.RuntimeEnv(image=spec.image, env_vars=spec.env),
         checkpoint_policy=common_pb2.CheckpointPolicy(
             keep_last=spec.checkpoints.keep_last, keep_best=spec.checkpoints.keep_best,
@@ -230,8 +233,8 @@ def job_from_spec(spec: JobSpec, base_dir: Path) -> tuple[job_pb2.Job, str]:
             commit_in_background=spec.checkpoints.commit_in_background,
         ),
         datasets=[
-            common_pb2.Dataset(name=d.name, uri=d.uri, format=common_pb2.DatasetFormat.Value(
-                f"DATASET_FORMAT_{d.format.upper()}" if d.format else "DATASET_FORMAT_UNSPECIFIED"))
+            common_pb2.Dataset(name=d.name, uri=d.uri,
+                               format=f"DATASET_FORMAT_{d.format.upper()}" if d.format else "DATASET_FORMAT_UNSPECIFIED")
             for d in spec.datasets
         ],
     )
@@ -254,11 +257,11 @@ def job_from_spec(spec: JobSpec, base_dir: Path) -> tuple[job_pb2.Job, str]:
                       labels=spec.labels)
     retry = spec.retries if isinstance(spec.retries, RetrySpec) else RetrySpec(max_retries=spec.retries)
     job.retry_policy.max_retries = retry.max_retries
-    job.retry_policy.initial_backoff.FromNanoseconds(int(retry.initial_backoff * 1e9))
-    job.retry_policy.max_backoff.FromNanoseconds(int(retry.max_backoff * 1e9))
+    job.retry_policy.initial_backoff.FromNanoseconds(int(float(retry.initial_backoff) * 1e9))
+    job.retry_policy.max_backoff.FromNanoseconds(int(float(retry.max_backoff) * 1e9))
     job.retry_policy.backoff_multiplier = retry.backoff_multiplier
     if spec.timeout:
-        job.timeout.FromNanoseconds(int(spec.timeout * 1e9))
+        job.timeout.FromNanoseconds(int(float(spec.timeout) * 1e9))
     return job, spec.name
 
 
@@ -302,9 +305,9 @@ def load_experiment(path: str | Path) -> tuple[experiment_pb2.Experiment, str]:
         template, _ = job_from_spec(spec.trial, path.parent)
         experiment = experiment_pb2.Experiment(
             display_name=spec.display_name, trial_template=template,
-            algorithm=experiment_pb2.SearchAlgorithm.Value(f"SEARCH_ALGORITHM_{spec.algorithm.upper()}"),
+            algorithm=f"SEARCH_ALGORITHM_{spec.algorithm.upper()}",
             num_samples=spec.num_samples, max_concurrent_trials=spec.max_concurrent_trials, metric=spec.metric,
-            mode=common_pb2.MetricMode.Value(f"METRIC_MODE_{spec.mode.upper()}"), seed=spec.seed, labels=spec.labels,
+            mode=f"METRIC_MODE_{spec.mode.upper()}", seed=spec.seed, labels=spec.labels,
         )
         for name, parameter in spec.search_space.items():
             experiment.search_space.parameters[name].CopyFrom(_distribution(name, parameter))
