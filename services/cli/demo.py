@@ -22,10 +22,9 @@ from paddleray.services.cli.experiments_commands import follow_experiment
 from paddleray.services.cli.jobs_commands import build_job, follow
 from paddleray.services.cli.output import ExitCode
 from paddleray.services.cli.stack_commands import StateDir, show
-from paddleray.services.client import Client, ConnectionConfig
+from paddleray.services.client import Client, ConnectionConfig, TlsConfig
 from paddleray.services.common import structs
 from paddleray.services.localstack import stack
-from paddleray.services.localstack.health import serving
 
 console = Console()
 
@@ -36,7 +35,7 @@ MLP = "paddleray.services.trainer.examples.digits_mlp:train"
 def demo_stack(state_dir: Path, keep: bool) -> Iterator[stack.StackState]:
     """A running stack: the one already up in state_dir (never stopped here), else our own."""
     existing = stack.StackState.load(state_dir)
-    if existing is not None and all(serving(p.address) for p in existing.services.values()):
+    if existing is not None and all(existing.serving(name) for name in existing.services):
         console.print(f"using the stack already running ({stack.state_file(state_dir)}); it stays running")
         yield existing
         return
@@ -59,6 +58,7 @@ def demo(
         if not show(state):
             raise typer.Exit(int(ExitCode.UNREACHABLE))
         settings = ConnectionConfig(address=state.address("scheduler"), exporter_address=state.address("exporter"),
+                                    tls=TlsConfig(ca=state.tls_ca) if state.tls_ca else None,
                                     source=f"local stack {stack.state_file(state_dir)}")
         with Client(settings) as client:
             data_parallel_job(client)

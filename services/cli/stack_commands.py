@@ -49,7 +49,7 @@ def status(state_dir: Path = StateDir, fmt: Format = OutputOption) -> None:
             console.print("no stack running (start it with: paddleray up)")
         raise typer.Exit(int(ExitCode.UNREACHABLE))
     if fmt != Format.table:
-        parts = {name: {"address": p.address, "serving": serving(p.address), "log": p.log_file}
+        parts = {name: {"address": p.address, "serving": state.serving(name), "log": p.log_file}
                  for name, p in state.services.items()}
         healthy = redis_reachable(state.redis_url) and all(p["serving"] for p in parts.values())
         emit(fmt, {"running": True, "healthy": healthy, "redis": state.redis_url, "ray": state.ray_address,

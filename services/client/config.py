@@ -207,8 +207,11 @@ def _stack_addresses(state_dir: Path | None, cwd: Path) -> tuple[Path, dict[str,
     if path is None or not path.is_file():
         return None
     try:
-        services = json.loads(path.read_text())["services"]
+        raw = json.loads(path.read_text())
+        services = raw["services"]
         return path, {
+            # A stack started with TLS records the CA of its certificate.
+            "tls_ca": raw.get("tls_ca", ""),
             "address": services["scheduler"]["address"],
             "exporter_address": services.get("exporter", {}).get("address", ""),
             "inference_address": services.get("inference", {}).get("address", ""),

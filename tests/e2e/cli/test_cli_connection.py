@@ -96,4 +96,4 @@ def test_status_as_json(cli_stack, tmp_path):
 def test_demo_uses_a_running_stack_and_leaves_it_running(cli_stack):
     with demo_stack(Path(cli_stack.state_dir), keep=False) as state:
         assert state.address("scheduler") == cli_stack.address("scheduler")
-    assert all(serving(p.address) for p in cli_stack.services.values())
+    assert all(cli_stack.serving(name) for name in cli_stack.services)
