@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from support_cli import MODULE, Cli
 
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.ports import pid_alive, wait_until
+from support.cli import MODULE, Cli
 
 
 @pytest.fixture(scope="session")

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from support_cli import Cli
-from support_scheduler import SchedulerProcess
 
 from paddleray.services.cli.demo import demo_stack
 from paddleray.services.cli.output import ExitCode
 from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import free_port, wait_until
+from support.cli import Cli
+from support.scheduler import SchedulerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import yaml
-from support_cli import MODULE, WORKERS
 
 from paddleray.services.cli.output import ExitCode
+from support.cli import MODULE, WORKERS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 import yaml
-from support_cli import job_spec
 
 from paddleray.services.cli.output import ExitCode
+from support.cli import job_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 MLP = "paddleray.services.trainer.examples.digits_mlp:train"

@@ -9,12 +9,12 @@ import threading
 import time
 
 import pytest
-from support_cli import MODULE, WORKERS
-from support_scheduler import SchedulerProcess
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.cli.jobs_commands import build_job
 from paddleray.services.client import Client, ConnectionConfig, Reconnect
+from support.cli import MODULE, WORKERS
+from support.scheduler import SchedulerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from paddleray.services.cli.main import app
 
-WORKERS = Path(__file__).parent / "e2e" / "cli" / "workers"
+WORKERS = Path(__file__).parents[1] / "e2e" / "cli" / "workers"
 MODULE = "cli_test_entrypoints"
 
 
