@@ -1,35 +1,29 @@
-"""`paddleray jobs ...`: submit, list, watch, logs and cancel training jobs."""
+"""`paddleray submit | watch | logs` and `paddleray jobs ...`: training jobs."""
 
 from __future__ import annotations
 
 import json
-import uuid
+import math
 from pathlib import Path
 
-import grpc
 import typer
-from google.protobuf import duration_pb2, json_format, struct_pb2
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from paddleray.common.v1 import common_pb2
-from paddleray.scheduler.v1 import job_pb2, job_service_pb2
-from paddleray.services.cli.client import Clients, connect
-from paddleray.services.cli.stack_commands import StateDir
+from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.cli import output, session
+from paddleray.services.cli.output import ExitCode, Format, OutputOption
+from paddleray.services.cli.progress import JobProgress, format_number, metrics_text, state_name
+from paddleray.services.client import Client, experiment_name, job_name, load_job, specs
+from paddleray.services.common import structs
 
-console = Console()
 app = typer.Typer(help="Training jobs.", no_args_is_help=True)
-Token = typer.Option("", envvar="PADDLERAY_TOKEN", help="Bearer token, when the services require one.")
 
-TERMINAL = {
-    job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED, job_pb2.JOB_STATE_CANCELLED,
-    job_pb2.JOB_STATE_TIMED_OUT, job_pb2.JOB_STATE_EARLY_STOPPED,
-}
-
-
-def state_name(state: int) -> str:
-    return job_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
+WaitTimeoutOption = typer.Option(None, "--wait-timeout", help="Stop watching after this long (90, 10m); exit code 8.")
+STATES = [name.removeprefix("JOB_STATE_") for name in job_pb2.JobState.keys()[1:]]
+JobSpecArgument = typer.Argument(..., help="Job spec (YAML); see examples/job.yaml.")
+StateOption = typer.Option(None, "--state", help=f"Only these states ({', '.join(STATES)}); repeatable.")
+LabelOption = typer.Option(None, "--label", help="KEY=VALUE; repeatable.")
 
 
 def build_job(
@@ -40,124 +34,218 @@ def build_job(
         entrypoint=entrypoint, num_workers=workers,
         resources_per_worker=common_pb2.Resources(num_cpus=cpus, num_gpus=gpus),
     )
-    spec.config.CopyFrom(json_format.ParseDict(config, struct_pb2.Struct()))
+    spec.config.CopyFrom(structs.to_struct(config))
     job = job_pb2.Job(spec=spec, priority=priority, tenant=tenant, labels=labels or {})
     job.retry_policy.max_retries = max_retries
     if timeout_s:
-        job.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout_s)))
+        job.timeout.FromNanoseconds(int(timeout_s * 1e9))
     return job
 
 
-def _fail(error: grpc.RpcError) -> typer.Exit:
-    console.print(f"[red]{error.code().name}[/red]: {error.details()}")
-    return typer.Exit(2)
+def _duration(value: str | None, option: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return specs.parse_duration(float(value) if _is_number(value) else value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=option) from None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _finite(value: float, option: str, minimum: float = 0.0) -> float:
+    if not math.isfinite(value) or value < minimum:
+        raise typer.BadParameter(f"must be a finite number >= {minimum:g}, got {value}", param_hint=option)
+    return value
 
 
 @app.command()
 def submit(
+    ctx: typer.Context,
     entrypoint: str = typer.Argument(..., help="package.module:function"),
-    config: str = typer.Option("{}", help="JSON config handed to the function."),
-    workers: int = typer.Option(1, help="Data-parallel ranks."),
+    config: str = typer.Option("{}", help="JSON object handed to the function as its config."),
+    workers: int = typer.Option(1, min=1, max=1024, help="Data-parallel ranks."),
     cpus: float = typer.Option(1.0, help="CPUs per rank."),
     gpus: float = typer.Option(0.0, help="GPUs per rank (fractional allowed for one rank)."),
-    max_retries: int = typer.Option(0),
-    timeout: float = typer.Option(0, help="Seconds; 0 means none."),
-    watch_job: bool = typer.Option(False, "--watch", help="Follow the job's events until it ends."),
-    state_dir: Path = StateDir,
-    token: str = Token,
+    max_retries: int = typer.Option(0, min=0, max=100),
+    timeout: str = typer.Option("0", help="Job timeout: seconds, or 90s / 10m / 1h30m; 0 means none."),
+    watch_job: bool = typer.Option(False, "--watch", help="Follow the job until it ends; exit code by its state."),
+    wait_timeout: str = WaitTimeoutOption,
 ) -> None:
-    """Queue a training job."""
-    clients = connect(state_dir, token)
-    job = build_job(entrypoint, json.loads(config), workers, cpus, gpus, max_retries, timeout)
+    """Queue a job from the command line (a spec file: `paddleray submit JOB.yaml`)."""
     try:
-        created = clients.jobs.CreateJob(
-            job_service_pb2.CreateJobRequest(job=job, request_id=uuid.uuid4().hex), metadata=clients.metadata
-        ).job
-    except grpc.RpcError as error:
-        raise _fail(error) from None
-    console.print(f"created [bold]{created.name}[/bold] ({state_name(created.state)})")
+        parsed = json.loads(config)
+    except json.JSONDecodeError as error:
+        raise typer.BadParameter(f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
+                                 param_hint="--config") from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter("must be a JSON object such as '{\"epochs\": 3}'", param_hint="--config")
+    job = build_job(entrypoint, parsed, workers, _finite(cpus, "--cpus"), _finite(gpus, "--gpus"), max_retries,
+                    _duration(timeout, "--timeout") or 0)
+    _create_and_maybe_watch(ctx, job, "", watch_job, _duration(wait_timeout, "--wait-timeout"))
+
+
+def submit_file(
+    ctx: typer.Context,
+    spec: Path = JobSpecArgument,
+    watch_job: bool = typer.Option(False, "--watch", help="Follow the job until it ends; exit code by its state."),
+    wait_timeout: str = WaitTimeoutOption,
+) -> None:
+    """Queue a job described by a YAML spec file."""
+    job, job_id = load_job(spec)
+    _create_and_maybe_watch(ctx, job, job_id, watch_job, _duration(wait_timeout, "--wait-timeout"))
+
+
+def _create_and_maybe_watch(
+    ctx: typer.Context, job: job_pb2.Job, job_id: str, watch_job: bool, wait_timeout: float | None,
+) -> None:
+    client = session.client(ctx)
+    created = client.create_job(client.ship_code(job), job_id=job_id)
+    output.console().print(f"created {created.name} ({state_name(created.state)})", markup=False)
     if watch_job:
-        follow(clients, created.name)
+        raise typer.Exit(int(follow(client, created.name, wait_timeout)))
+
+
+def follow(client: Client, name: str, wait_timeout: float | None = None, fmt: Format = Format.table) -> ExitCode:
+    """Shows the job's progress until it ends (or, as JSON / YAML, its events and the final
+    job); the exit code of its final state."""
+    job = client.get_job(name)
+    if fmt != Format.table:
+        for event in client.watch_job(job.name, timeout=wait_timeout):
+            output.emit_item(fmt, output.as_data(event))
+        finished = client.get_job(job.name)
+        output.emit_item(fmt, output.as_data(finished))
+        return output.job_exit_code(finished.state)
+    with JobProgress(job, output.console()) as progress:
+        for event in client.watch_job(job.name, timeout=wait_timeout):
+            progress.update(event)
+        finished = client.get_job(job.name)
+        progress.finish(finished)
+    return output.job_exit_code(finished.state)
+
+
+@app.command(name="watch")
+def watch(
+    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"), wait_timeout: str = WaitTimeoutOption,
+    fmt: Format = OutputOption,
+) -> None:
+    """Follow a job until it ends; exit code by its final state (docs/cli.md)."""
+    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"), fmt)))
+
+
+def watch_any(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="jobs/ID, experiments/ID, or a job ID"),
+    wait_timeout: str = WaitTimeoutOption,
+    fmt: Format = OutputOption,
+) -> None:
+    """Follow a job or an experiment until it ends; exit code by its final state."""
+    if name.startswith("experiments/"):
+        from paddleray.services.cli.experiments_commands import follow_experiment
+
+        raise typer.Exit(int(follow_experiment(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"), fmt)))
+    raise typer.Exit(int(follow(session.client(ctx), name, _duration(wait_timeout, "--wait-timeout"), fmt)))
+
+
+def job_rows(jobs: list[job_pb2.Job]) -> list[list[str]]:
+    return [
+        [job.name, state_name(job.state), job.spec.entrypoint, str(job.spec.num_workers or 1), str(len(job.attempts)),
+         metrics_text(job.latest_metrics.metrics)]
+        for job in jobs
+    ]
+
+
+JOB_HEADERS = ("job", "state", "entrypoint", "workers", "attempts", "last metrics")
 
 
 @app.command(name="list")
-def list_jobs(state_dir: Path = StateDir, token: str = Token, page_size: int = 50) -> None:
-    """List jobs, newest first."""
-    clients = connect(state_dir, token)
-    response = clients.jobs.ListJobs(job_service_pb2.ListJobsRequest(page_size=page_size), metadata=clients.metadata)
-    table = Table()
-    for column in ("job", "state", "entrypoint", "workers", "attempts", "last metrics"):
-        table.add_column(column)
-    for job in response.jobs:
-        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(job.latest_metrics.metrics.items()))
-        table.add_row(job.name, state_name(job.state), job.spec.entrypoint, str(job.spec.num_workers or 1), str(len(job.attempts)), metrics)
-    console.print(table)
-
-
-@app.command()
-def watch(name: str, state_dir: Path = StateDir, token: str = Token) -> None:
-    """Follow a job's events until it ends."""
-    follow(connect(state_dir, token), name)
-
-
-def follow(clients: Clients, name: str, after_sequence: int = 0) -> job_pb2.Job:
-    """Prints a job's events until its terminal state; resumes after a dropped stream."""
-    while True:
-        try:
-            for response in clients.jobs.WatchJob(
-                job_service_pb2.WatchJobRequest(name=name, after_sequence=after_sequence), metadata=clients.metadata
-            ):
-                event = response.event
-                after_sequence = event.sequence
-                print_event(name, event)
-            return clients.jobs.GetJob(job_service_pb2.GetJobRequest(name=name), metadata=clients.metadata).job
-        except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.UNAVAILABLE:
-                raise _fail(error) from None
-
-
-def print_event(name: str, event: job_pb2.JobEvent) -> None:
-    prefix = f"[dim]{name} #{event.sequence}[/dim]"
-    kind = event.WhichOneof("payload")
-    if kind == "state_change":
-        change = event.state_change
-        reason = f" ({change.reason})" if change.reason else ""
-        console.print(f"{prefix} {state_name(change.from_state)} -> [bold]{state_name(change.to_state)}[/bold]{reason}")
-    elif kind == "metrics":
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(event.metrics.metrics.items()))
-        console.print(f"{prefix} metrics: {shown}")
-    elif kind == "checkpoint":
-        console.print(f"{prefix} checkpoint epoch {event.checkpoint.epoch}: {event.checkpoint.uri}")
-
-
-@app.command()
-def logs(
-    name: str,
-    follow_logs: bool = typer.Option(False, "--follow", "-f"),
-    tail: int = typer.Option(0, help="Last N lines of each rank."),
-    rank: int = typer.Option(-1, help="Only this rank (-1: all)."),
-    state_dir: Path = StateDir,
-    token: str = Token,
+def list_jobs(
+    ctx: typer.Context,
+    state: list[str] = StateOption,
+    experiment: str = typer.Option("", help="Only trials of this experiment."),
+    label: list[str] = LabelOption,
+    limit: int = typer.Option(50, min=1, help="At most this many jobs, newest first."),
+    page_size: int = typer.Option(100, min=1, max=1000, help="Jobs per request (the service allows 1-1000)."),
+    fmt: Format = OutputOption,
 ) -> None:
-    """Print a job's worker logs."""
-    clients = connect(state_dir, token)
-    request = job_service_pb2.GetJobLogsRequest(name=name, follow=follow_logs, tail_lines=tail)
-    if rank >= 0:
-        request.rank = rank
-    try:
-        for response in clients.jobs.GetJobLogs(request, metadata=clients.metadata):
-            for line in response.lines:
-                console.print(Text.assemble((f"[rank {line.rank}] ", "dim"), line.text), highlight=False)
-    except grpc.RpcError as error:
-        raise _fail(error) from None
+    """List jobs, newest first."""
+    states: list[job_pb2.JobState | str] = []
+    for given in state or []:
+        if given.upper() not in STATES:
+            raise typer.BadParameter(f"{given!r} is not one of {', '.join(STATES)}", param_hint="--state")
+        states.append(f"JOB_STATE_{given.upper()}")
+    labels = {}
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--label")
+        labels[key] = value
+    jobs = list(session.client(ctx).list_jobs(
+        limit=limit, page_size=page_size, states=states, labels=labels,
+        experiment=experiment_name(experiment) if experiment else "",
+    ))
+    if fmt != Format.table:
+        output.emit(fmt, [output.as_data(job) for job in jobs])
+        return
+    output.table(JOB_HEADERS, job_rows(jobs), keep=(0, 1))
+
+
+@app.command(name="get")
+def get(
+    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"), fmt: Format = OutputOption) -> None:
+    """Show one job: spec, state, attempts, latest checkpoint and metrics."""
+    job = session.client(ctx).get_job(name)
+    if fmt != Format.table:
+        output.emit(fmt, output.as_data(job))
+        return
+    out = output.console()
+    config = structs.to_python(job.spec.config)
+    rows = [
+        ("name", job.name), ("state", state_name(job.state) + (f" ({job.state_reason})" if job.state_reason else "")),
+        ("entrypoint", job.spec.entrypoint), ("config", json.dumps(config)),
+        ("workers", str(job.spec.num_workers or 1)),
+        ("resources", f"cpus={format_number(job.spec.resources_per_worker.num_cpus)} "
+                      f"gpus={format_number(job.spec.resources_per_worker.num_gpus)} per rank"),
+        ("experiment", job.experiment or "-"),
+        ("trial parameters", " ".join(f"{k}={v}" for k, v in sorted(job.trial_parameters.items())) or "-"),
+        ("attempts", ", ".join(f"#{a.number} {state_name(a.state)}" for a in job.attempts) or "-"),
+        ("latest metrics", metrics_text(job.latest_metrics.metrics) or "-"),
+        ("latest checkpoint", job.latest_checkpoint.uri or "-"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        out.print(f"{key.ljust(width)}  {value}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command(name="logs")
+def logs(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="jobs/ID or ID"),
+    follow_logs: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the attempt ends."),
+    tail: int = typer.Option(0, min=0, help="Start with the last N lines of each rank."),
+    rank: int = typer.Option(None, min=0, help="Only this rank."),
+    attempt: int = typer.Option(0, min=0, help="Attempt number; 0 is the newest."),
+    fmt: Format = OutputOption,
+) -> None:
+    """Print a job's worker logs (resumes by itself after a dropped connection)."""
+    out = output.console()
+    for line in session.client(ctx).job_logs(name, follow=follow_logs, tail_lines=tail, rank=rank, attempt=attempt):
+        if fmt != Format.table:
+            output.emit_item(fmt, output.as_data(line))
+            continue
+        out.print(Text.assemble((f"[rank {line.rank}] ", "dim"), line.text), highlight=False, soft_wrap=True)
 
 
 @app.command()
-def cancel(name: str, state_dir: Path = StateDir, token: str = Token) -> None:
+def cancel(
+    ctx: typer.Context, name: str = typer.Argument(..., help="jobs/ID or ID"),
+           reason: str = typer.Option("cancelled from the CLI", help="Stored as the job's state reason.")) -> None:
     """Cancel a job."""
-    clients = connect(state_dir, token)
-    try:
-        job = clients.jobs.CancelJob(job_service_pb2.CancelJobRequest(name=name, reason="cancelled from the CLI"), metadata=clients.metadata).job
-    except grpc.RpcError as error:
-        raise _fail(error) from None
-    console.print(f"{job.name}: {state_name(job.state)}")
+    job = session.client(ctx).cancel_job(job_name(name), reason=reason)
+    output.console().print(f"{job.name}: {state_name(job.state)}", markup=False)

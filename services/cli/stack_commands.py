@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from paddleray.services.cli.output import ExitCode, Format, OutputOption, emit
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.redis_process import redis_reachable
 
@@ -38,14 +39,27 @@ def down(state_dir: Path = StateDir) -> None:
         console.print("no stack running")
 
 
-def status(state_dir: Path = StateDir) -> None:
-    """Show the stack's parts and their health."""
+def status(state_dir: Path = StateDir, fmt: Format = OutputOption) -> None:
+    """Show the stack's parts and their health (exit code 7 when it is not all up)."""
     state = stack.StackState.load(state_dir)
     if state is None:
-        console.print("no stack running (start it with: paddleray up)")
-        raise typer.Exit(1)
-    if not show(state):
-        raise typer.Exit(1)
+        if fmt != Format.table:
+            emit(fmt, {"running": False})
+        else:
+            console.print("no stack running (start it with: paddleray up)")
+        raise typer.Exit(int(ExitCode.UNREACHABLE))
+    if fmt != Format.table:
+        parts = {name: {"address": p.address, "serving": state.serving(name), "log": p.log_file}
+                 for name, p in state.services.items()}
+        healthy = redis_reachable(state.redis_url) and all(p["serving"] for p in parts.values())
+        emit(fmt, {"running": True, "healthy": healthy, "redis": state.redis_url, "ray": state.ray_address,
+                   "services": parts})
+    elif not show(state):
+        healthy = False
+    else:
+        healthy = True
+    if not healthy:
+        raise typer.Exit(int(ExitCode.UNREACHABLE))
 
 
 def show(state: stack.StackState) -> bool:

@@ -1,1 +1,28 @@
-"""paddleray.services.client: the code clients (the SDK and the CLI) run on the user's machine."""
+"""paddleray's Python SDK (`paddleray.services.client`): connection settings, a Client over the
+generated stubs with retries and resuming streams, and job / experiment spec files."""
+
+from paddleray.services.client.client import (
+    TERMINAL_EXPERIMENT_STATES,
+    TERMINAL_JOB_STATES,
+    Client,
+    experiment_name,
+    job_name,
+)
+from paddleray.services.client.config import ConnectionConfig, TlsConfig, resolve
+from paddleray.services.client.errors import (
+    ClientError,
+    ConfigError,
+    NotConfigured,
+    ServiceError,
+    SpecError,
+    Unreachable,
+    WaitTimeout,
+)
+from paddleray.services.client.specs import load_experiment, load_job
+from paddleray.services.client.streams import Reconnect
+
+__all__ = [
+    "TERMINAL_EXPERIMENT_STATES", "TERMINAL_JOB_STATES", "Client", "ClientError", "ConfigError", "ConnectionConfig",
+    "NotConfigured", "Reconnect", "ServiceError", "SpecError", "TlsConfig", "Unreachable", "WaitTimeout",
+    "experiment_name", "job_name", "load_experiment", "load_job", "resolve",
+]

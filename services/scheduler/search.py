@@ -19,9 +19,10 @@ import random
 import re
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from paddleray.scheduler.v1 import experiment_pb2
+from paddleray.services.common import structs
 from paddleray.services.common.errors import InvalidArgument
 
 # A plan is stored whole in Redis and every trial job is created from it: keep it bounded.
@@ -35,7 +36,7 @@ TrialParameters = dict[str, Any]
 
 
 def _value(value: struct_pb2.Value) -> Any:
-    return json_format.MessageToDict(value)
+    return structs.to_python(value)
 
 
 def _check_key(key: str) -> None:
@@ -179,7 +180,7 @@ def expand(experiment: experiment_pb2.Experiment) -> list[TrialParameters]:
 
 def apply_to_config(config: struct_pb2.Struct, parameters: TrialParameters) -> struct_pb2.Struct:
     """A copy of config with the trial's values set; dotted keys set nested values."""
-    merged = json_format.MessageToDict(config)
+    merged = structs.to_python(config)
     for key, value in parameters.items():
         node = merged
         parts = key.split(".")

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from google.protobuf import json_format
-
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import entrypoints, errors, names, packages
+from paddleray.services.common import entrypoints, errors, names, packages, structs
 from paddleray.services.trainer.backend import validate_gpu_request
 from paddleray.services.trainer.checkpoints import RetentionPolicy, read_checkpoint
 
@@ -124,7 +122,7 @@ def run_spec(
         resume_from = str(Path(resume_from_uri))
     return RunSpec(
         entrypoint=spec.entrypoint,
-        config=json_format.MessageToDict(spec.config),
+        config=structs.to_python(spec.config),
         group=GroupSpec(
             num_workers=num_workers,
             resources=_resources(spec.resources_per_worker, num_workers),

@@ -67,7 +67,7 @@ def test_up_starts_everything_healthy_and_down_stops_exactly_it(tmp_path):
     pids = [p["pid"] for p in state["services"].values()] + [state["ray_pid"], state["redis_pid"]]
     assert not [pid for pid in pids if pid_alive(pid)]
     assert not redis_reachable(state["redis_url"])
-    assert _paddleray("status", "--state-dir", str(state_dir)).returncode == 1
+    assert _paddleray("status", "--state-dir", str(state_dir)).returncode == 7  # ExitCode.UNREACHABLE (docs/cli.md)
 
 
 def test_up_uses_a_reachable_redis_and_a_given_ray_cluster(tmp_path, redis_url, ray_head):

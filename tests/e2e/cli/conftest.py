@@ -1,0 +1,58 @@
+"""One real local stack (scheduler, trainer, exporter as processes, on the session's Ray head and
+Redis) shared by the CLI tests of this folder, and helpers to run the CLI against it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from paddleray.services.localstack import stack
+from paddleray.services.localstack.ports import pid_alive, wait_until
+from support.cli import MODULE, Cli
+
+
+@pytest.fixture(scope="session")
+def cli_stack(tmp_path_factory, redis_server, ray_head):
+    state_dir = tmp_path_factory.mktemp("cli-stack") / ".paddleray" / "stack"
+    allow = json.dumps(["paddleray.services.trainer.examples", MODULE])
+    previous = os.environ.get("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
+    os.environ["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"] = allow
+    try:
+        state = stack.up(state_dir, redis_url=redis_server.url, ray_address=ray_head.address)
+    finally:
+        if previous is None:
+            os.environ.pop("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
+        else:
+            os.environ["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"] = previous
+    try:
+        _wait_started(state)
+        yield state
+    finally:
+        stack.down(state_dir)
+
+
+def _wait_started(state: stack.StackState) -> None:
+    """Until each service wrote its port file (after its start-up hook, e.g. the trainer's Ray
+    connection): their health reports SERVING earlier, and a trainer that then fails to reach
+    Ray on a loaded machine would leave every test waiting on jobs that never start."""
+    def started() -> bool:
+        for process in state.services.values():
+            if not pid_alive(process.pid):
+                tail = Path(process.log_file).read_text()[-2000:]
+                raise RuntimeError(f"{process.name} exited during start-up:\n{tail}")
+        return all((Path(state.state_dir) / f"{name}.port").exists() for name in state.services)
+
+    wait_until(started, timeout=240, interval=0.5, message="the stack's services to finish starting")
+
+
+@pytest.fixture
+def address(cli_stack) -> str:
+    return cli_stack.address("scheduler")
+
+
+@pytest.fixture
+def cli(address) -> Cli:
+    return Cli(address)

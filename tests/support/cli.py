@@ -1,0 +1,36 @@
+"""Helpers of the CLI tests: run `paddleray` in process, write job specs of the test entrypoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from paddleray.services.cli.main import app
+
+WORKERS = Path(__file__).parents[1] / "e2e" / "cli" / "workers"
+MODULE = "cli_test_entrypoints"
+
+
+class Cli:
+    """`paddleray ARGS` in process (typer's CliRunner), stdout and stderr apart."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, env: dict | None = None):
+        prefix = ["--address", self.address] if self.address else []
+        return self.runner.invoke(app, [*prefix, *args], env=env, catch_exceptions=False)
+
+
+def job_spec(tmp_path: Path, function: str, config: dict, **fields) -> Path:
+    """A job spec file running a test entrypoint."""
+    spec = {
+        "entrypoint": f"{MODULE}:{function}", "config": config, "env": {"PYTHONPATH": str(WORKERS)},
+        "resources": {"cpus": 1}, **fields,
+    }
+    path = tmp_path / f"{function}.yaml"
+    path.write_text(json.dumps(spec))  # JSON is YAML
+    return path
