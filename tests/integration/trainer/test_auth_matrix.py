@@ -12,6 +12,7 @@ import grpc
 import pytest
 from grpc import aio
 
+from paddleray.services.common.states import RUN_TERMINAL
 from paddleray.services.trainer.__main__ import registrations
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer
@@ -20,7 +21,7 @@ from paddleray.trainer.v1 import trainer_service_pb2_grpc
 from support import ServerThread
 from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, code_of, expect, metadata, write_token_file
 
-from .conftest import ENTRYPOINTS, TERMINAL, TrainerClient
+from .conftest import ENTRYPOINTS, TrainerClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 C = grpc.StatusCode
@@ -51,7 +52,7 @@ async def test_trainer_service_matrix(auth_trainer):
         admin = metadata(ADMIN)
         run = (await stub.StartRun(ts.StartRunRequest(spec=_spec(), tenant="team-a"), metadata=admin)).run
         assert run.tenant == "team-a"
-        while (await stub.GetRun(ts.GetRunRequest(name=run.name), metadata=admin)).run.state not in TERMINAL:
+        while (await stub.GetRun(ts.GetRunRequest(name=run.name), metadata=admin)).run.state not in RUN_TERMINAL:
             await asyncio.sleep(0.1)
 
         async def start(md):
