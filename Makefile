@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
-EXTRAS := cpu,onnx,test,bench,dev
+EXTRAS := cpu,onnx,test,bench,dev,demo
 PYTEST_ARGS ?=
 # pipefail: the install's output goes through a filter (below) without hiding its exit status.
 SHELL := bash

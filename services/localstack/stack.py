@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from paddleray.services.localstack.health import serving
-from paddleray.services.localstack.ports import pid_alive, read_ready_file, stop_process, wait_until
+from paddleray.services.localstack.ports import free_port, pid_alive, read_ready_file, stop_process, wait_until
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead, stop_ray_head
 from paddleray.services.localstack.redis_process import INSTALL_HINT, RedisProcess, redis_reachable
 
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path(".paddleray") / "stack"
 SERVICES = ("trainer", "scheduler", "exporter")
+LOCAL_POOL_IDLE_TTL_S = 15
 
 
 @dataclass
@@ -164,7 +165,17 @@ def _service_env(service: str, state: StackState, ready_file: Path, auth: dict[s
         # The scheduler checks the trainer's allowlist at CreateJob: keep the two in step.
         if "PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST" in os.environ:
             env.setdefault(prefix + "ENTRYPOINT_ALLOWLIST", os.environ["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"])
+    if service == "trainer":
+        # A stack on one small machine: an idle warm worker group holds its CPUs, and exports and
+        # serving replicas waited the pool's 5 minutes for them (seen: an export 369 s after the
+        # retrain ended). Back-to-back runs, such as a sweep's trials, still reuse warm groups.
+        env.setdefault(prefix + "POOL_IDLE_TTL_S", str(LOCAL_POOL_IDLE_TTL_S))
     if service == "exporter":
+        # Ray Serve's proxies (the v2 inference endpoint) on free ports, not 9000 / 8000: a
+        # second stack or another program on the host may hold those. Serve binds a port it is
+        # given (no port 0 and ready file), so these are chosen ahead, unlike the services' own.
+        env.setdefault(prefix + "SERVING_GRPC_PORT", str(free_port()))
+        env.setdefault(prefix + "SERVING_HTTP_PORT", str(free_port()))
         # Exports from a job read the job (its checkpoints, entrypoint, config) from the scheduler.
         env[prefix + "SCHEDULER_ADDRESS"] = state.address("scheduler")
     return env

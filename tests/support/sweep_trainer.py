@@ -4,7 +4,8 @@ A trial run reports {"epoch": e, "acc": acc} once per epoch for config["epochs"]
 config["epoch_s"] seconds apart, with a checkpoint after each epoch. Its accuracy comes from
 its config: acc = trial_score(lr) * e / epochs with trial_score(lr) = 1 - |lr - 0.3|, so trials
 rank by lr the same way at every epoch and ASHA has something to cut; with config["overfit_after"]
-= k, accuracy falls by 0.1 per epoch after epoch k. The trainer also counts
+= k, accuracy falls by 0.1 per epoch after epoch k; with config["plateau_after"] = k, it stays at
+its epoch-k value (ties). The trainer also counts
 the runs in flight at once (what max_concurrent_trials bounds) and the epochs run in all (the
 compute ASHA saves).
 """
@@ -53,6 +54,9 @@ class SweepTrainer(FakeTrainer):
             overfit_after = config.get("overfit_after")
             if overfit_after is not None and epoch > overfit_after:
                 acc = score * overfit_after / epochs - 0.1 * (epoch - overfit_after)
+            plateau_after = config.get("plateau_after")
+            if plateau_after is not None and epoch > plateau_after:
+                acc = score * plateau_after / epochs
             report = common_pb2.MetricsReport(step=epoch, metrics={"epoch": float(epoch), "acc": acc})
             fake.run.latest_metrics.CopyFrom(report)
             await fake.emit(metrics=report)

@@ -147,6 +147,17 @@ async def test_the_best_trial_points_at_its_best_checkpoint_not_its_newest(sweep
         assert best.latest_checkpoint.uri.endswith("epoch-5")
 
 
+async def test_among_tied_checkpoints_the_best_trial_points_at_the_first(sweep_stack):
+    # The rule of init_from.job and of the trainer's retention (and so of an export from the
+    # job): a retrain from "the best trial" starts from the checkpoint the experiment shows.
+    exp = sweep((0.3, 0.1), epochs=5)
+    exp.trial_template.spec.config.update({"plateau_after": 2})
+    async with sweep_stack() as stack:
+        done = await stack.wait_ended((await stack.create(exp, "plateau")).name)
+        assert done.best_trial.metric_value == pytest.approx(trial_score(0.3) * 2 / 5)
+        assert done.best_trial.checkpoint.uri.endswith("epoch-2") and done.best_trial.checkpoint.epoch == 2
+
+
 async def test_two_replicas_share_a_sweep_without_duplicates_or_extra_concurrency(sweep_stack):
     lrs = tuple(round(0.05 * i, 2) for i in range(1, 11))
     async with sweep_stack() as first:
