@@ -15,6 +15,11 @@ from support.serving import export_model
 
 @pytest.fixture(scope="session")
 def controller(ray_cluster):
+    from ray import serve
+
+    # Serve keeps the gRPC port it was first started with; an exporter of an earlier test (the
+    # e2e demo) may have left one running on this shared Ray head, so start from none.
+    serve.shutdown()
     ctl = ServingController(grpc_port=free_port(), http_host="127.0.0.1", http_port=free_port(), deploy_timeout_s=240)
     asyncio.run(ctl.start())
     yield ctl
