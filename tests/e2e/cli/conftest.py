@@ -35,7 +35,7 @@ def cli_stack(tmp_path_factory, redis_server, ray_head):
 
 
 def _wait_started(state: stack.StackState) -> None:
-    """Until each service wrote its port file (after its start-up hook, e.g. the trainer's Ray
+    """Until each service wrote its ready file (after its start-up hook, e.g. the trainer's Ray
     connection): their health reports SERVING earlier, and a trainer that then fails to reach
     Ray on a loaded machine would leave every test waiting on jobs that never start."""
     def started() -> bool:
@@ -43,7 +43,7 @@ def _wait_started(state: stack.StackState) -> None:
             if not pid_alive(process.pid):
                 tail = Path(process.log_file).read_text()[-2000:]
                 raise RuntimeError(f"{process.name} exited during start-up:\n{tail}")
-        return all((Path(state.state_dir) / f"{name}.port").exists() for name in state.services)
+        return all((Path(state.state_dir) / f"{name}.ready.json").exists() for name in state.services)
 
     wait_until(started, timeout=240, interval=0.5, message="the stack's services to finish starting")
 
