@@ -37,7 +37,10 @@ from paddleray.services.trainer import ray_private
 
 log = logging.getLogger(__name__)
 
-_MARKER_KEY = b"paddleray/trainer-connection"
+# Each connection writes a key of its own: several trainers (replicas, or a test stack beside
+# another) may drive one cluster, and a shared key would make each see the others' write as
+# a restart.
+_MARKER_PREFIX = b"paddleray/trainer-connection/"
 _MARKER_NAMESPACE = b"paddleray"
 
 
@@ -199,17 +202,17 @@ class RayConnection:
 
     def _init(self) -> bytes:
         ray.init(address=self.address, namespace=self.namespace, log_to_driver=False)
-        marker = uuid.uuid4().hex.encode()
-        _gcs().internal_kv_put(_MARKER_KEY, marker, True, _MARKER_NAMESPACE, timeout=10)
+        marker = _MARKER_PREFIX + uuid.uuid4().hex.encode()
+        _gcs().internal_kv_put(marker, b"1", True, _MARKER_NAMESPACE, timeout=10)
         return marker
 
     def _probe(self) -> str:
         """'alive', 'restarted' (a new cluster: the marker is gone) or why it did not answer."""
         try:
-            found = _gcs().internal_kv_get(_MARKER_KEY, _MARKER_NAMESPACE, timeout=max(self.probe_interval_s, 1.0))
+            found = _gcs().internal_kv_get(self._marker, _MARKER_NAMESPACE, timeout=max(self.probe_interval_s, 1.0))
         except Exception as exc:  # noqa: BLE001 - any failure means no answer
             return f"the GCS does not answer: {type(exc).__name__}"
-        if found != self._marker:
+        if found is None:
             return "restarted"
         return "alive"
 
