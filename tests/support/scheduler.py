@@ -103,6 +103,29 @@ class SchedulerProcess:
                     except aio.AioRpcError:
                         await asyncio.sleep(0.1)
 
+    def start_until_serving(self, timeout: float = 60) -> None:
+        """Starts it and waits for gRPC health SERVING only: for a scheduler whose RPCs refuse
+        an anonymous caller (the auth tests), where `start`'s ListJobs probe would never pass."""
+        import subprocess
+        import sys
+
+        from paddleray.services.localstack.health import serving
+        from paddleray.services.localstack.ports import read_ready_file, wait_until
+
+        self.starts += 1
+        ready_file = self.log_dir / f"scheduler-{id(self)}-{self.starts}.ready.json"
+        env = {**self.env, "PADDLERAY_SCHEDULER_PORT": "0", "PADDLERAY_SCHEDULER_READY_FILE": str(ready_file)}
+        with open(self.log_path(), "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=env,
+                                         stdout=log, stderr=log)
+
+        def ready():
+            assert self.proc.poll() is None, self.log_path().read_text()
+            return read_ready_file(ready_file)
+
+        self.port = wait_until(ready, timeout=timeout, interval=0.05, message="the scheduler's ready file")["port"]
+        wait_until(lambda: serving(self.address), timeout=timeout, interval=0.2, message="the scheduler to serve")
+
     def kill(self) -> None:
         import signal
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from paddleray.services.cli.demo import demo_stack
 from paddleray.services.cli.output import ExitCode
-from paddleray.services.localstack.health import serving
-from paddleray.services.localstack.ports import free_port, wait_until
+from paddleray.services.localstack.ports import free_port
 from support.cli import Cli
 from support.scheduler import SchedulerProcess
 
@@ -64,12 +61,8 @@ def test_a_token_from_flag_env_or_token_file(redis_server, tmp_path, cli_stack):
     # A database of its own on the stack's Redis (the redis_url fixture would flush the stack's).
     redis_url = redis_server.url.rsplit("/", 1)[0] + "/3"
     scheduler = SchedulerProcess(redis_url, cli_stack.address("trainer"), tmp_path, auth_token="s3cret")
-    # SchedulerProcess.start polls ListJobs, which this one refuses without the token: wait on health.
-    with open(scheduler.log_path(), "wb") as log:
-        scheduler.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=scheduler.env,
-                                          stdout=log, stderr=log)
     try:
-        wait_until(lambda: serving(scheduler.address), timeout=60, interval=0.2, message="the scheduler to serve")
+        scheduler.start_until_serving()
         cli = Cli(scheduler.address)
         refused = cli("jobs", "list")
         assert refused.exit_code == ExitCode.REJECTED and "UNAUTHENTICATED" in refused.stderr
