@@ -19,7 +19,8 @@ import grpc
 
 from bench import harness
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc
-from paddleray.services.cli.jobs_commands import TERMINAL, build_job
+from paddleray.services.cli.jobs_commands import build_job
+from paddleray.services.common.states import JOB_TERMINAL
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.ports import port_open, wait_until
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead
@@ -49,7 +50,7 @@ class PaddlerayDispatch:
         created = self._jobs.CreateJob(job_service_pb2.CreateJobRequest(job=job, request_id=uuid.uuid4().hex)).job
         latency = _wait_stamp(stamp) - started
         # The next round starts on a warm cluster, as the benchmark says: wait for the job to end.
-        wait_until(lambda: self._state(created.name) in TERMINAL, timeout=120, interval=0.02, message="job end")
+        wait_until(lambda: self._state(created.name) in JOB_TERMINAL, timeout=120, interval=0.02, message="job end")
         if self._state(created.name) != job_pb2.JOB_STATE_SUCCEEDED:
             raise RuntimeError(f"{created.name} did not succeed")
         return latency

@@ -112,7 +112,7 @@ async def _run(trainer, config: dict, num_workers: int = 1, background_commit: b
         await asyncio.sleep(0.05)
     if record.state != "SUCCEEDED":
         raise RuntimeError(f"{record.name} ended {record.state}: {record.state_reason}")
-    metrics = record.latest_metrics["metrics"]
+    metrics = record.latest_metrics.metrics
     return {"elapsed_s": metrics["bench_elapsed_s"], "samples": metrics["bench_samples"]}
 
 

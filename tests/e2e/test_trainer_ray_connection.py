@@ -117,7 +117,9 @@ def _code(call) -> grpc.StatusCode:
 
 @pytest.fixture
 def own_head():
-    head = RayHead(num_cpus=1)  # not started: the test starts and restarts it
+    # Not started: the test starts and restarts it, on a port fixed up front because the
+    # trainer is given the address before the head exists (a restarted head keeps its address).
+    head = RayHead(num_cpus=1, port=free_port())
     yield head
     head.stop()
 
