@@ -47,9 +47,10 @@ protos: $(STAMP) ## regenerate gen/python from protos/
 protos-check: $(STAMP) ## fail when gen/python is stale
 	$(BIN)/python scripts/gen_protos.py --check
 
-lint: $(STAMP) ## ruff, mypy over services/, buf lint, and buf breaking against main when main has protos
+lint: $(STAMP) ## ruff, mypy over services/ and bench/, buf lint, and buf breaking against main when main has protos
 	$(BIN)/ruff check services bench tests scripts
 	$(BIN)/python scripts/typecheck.py
+	$(BIN)/python scripts/typecheck.py bench
 	cd protos && ../$(BIN)/buf lint
 	@if git rev-parse --verify -q main >/dev/null && git cat-file -e main:protos/buf.yaml 2>/dev/null; then \
 	  cd protos && ../$(BIN)/buf breaking --against '../.git#branch=main,subdir=protos'; fi

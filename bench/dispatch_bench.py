@@ -87,7 +87,7 @@ def run(quick: bool, smoke: bool = False) -> dict:
         try:
             state = stack.up(workdir / "stack", redis_url=redis.url, ray_address=head.address)
             paddleray = PaddlerayDispatch(state.address("scheduler"), workdir)
-            wait_until(lambda: port_open(head.dashboard_port), timeout=120, interval=0.5, message="Ray's dashboard (Jobs API)")
+            wait_until(lambda: port_open(head.dashboard_port or 0), timeout=120, interval=0.5, message="Ray's dashboard (Jobs API)")
             ray_jobs = RayJobsDispatch(f"http://127.0.0.1:{head.dashboard_port}", workdir)
             cold = None
             if not smoke:

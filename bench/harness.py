@@ -28,7 +28,7 @@ import operator
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,7 @@ def rounds_to_reproduce(rounds: list[float], bound: str) -> int | None:
         return None
     full = meets(median(rounds), bound)
     for n in range(1, len(rounds)):
-        subsets = itertools.combinations(rounds, n)
+        subsets: Iterable[tuple[float, ...]] = itertools.combinations(rounds, n)
         count = math.comb(len(rounds), n)
         if count > _MAX_SUBSETS:
             subsets = itertools.islice(subsets, 0, None, count // _MAX_SUBSETS + 1)

@@ -24,12 +24,13 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from bench import harness
 
 ENTRYPOINT = "paddleray.services.trainer.examples.digits_mlp:train"
 TARGETS = {"create_vs_rq": ">= 1.0"}
-CONFIG = {"epochs": 3, "batch_size": 64, "optimizer": {"name": "adam", "lr": 0.001}, "hidden": [128, 64]}
+CONFIG: dict[str, Any] = {"epochs": 3, "batch_size": 64, "optimizer": {"name": "adam", "lr": 0.001}, "hidden": [128, 64]}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -170,7 +171,7 @@ def run(quick: bool, smoke: bool = False) -> dict:
 
     metrics = {f"{name}_{key}": med(name, key) for name in samples for key in ("jobs_per_s", "p50_ms", "p99_ms")}
     metrics["create_p99_ms_c32"] = metrics["grpc_c32_p99_ms"]
-    ratios = {
+    ratios: dict[str, float | None] = {
         "create_vs_rq": round(metrics["grpc_c32_jobs_per_s"] / metrics["rq_c32_jobs_per_s"], 3),
         "create_vs_rq_c1": round(metrics["grpc_c1_jobs_per_s"] / metrics["rq_c1_jobs_per_s"], 3),
     }

@@ -26,7 +26,6 @@ them is the stall. cold_first_request_ms: the first request pinned to a version 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import shutil
@@ -123,7 +122,7 @@ def _result(proc: subprocess.Popen) -> dict:
 def _trial(target: str, model: str, seconds: float, cpu: ServeCpu | None = None) -> dict:
     before = cpu.sample() if cpu else None
     result = _result(_load(target, model, seconds))
-    if cpu:
+    if cpu and before is not None:
         result["cpu_ms_per_request"] = cpu.per_request(before, cpu.sample(), result["ok"])
     return result
 
@@ -167,6 +166,7 @@ async def serve_part(root: Path, mlp_artifact: Path, backend: str, p: dict) -> d
             [sys.executable, str(REPO / "bench" / "serving_direct.py"), str(mlp_artifact), backend, "0", "mlp"],
             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
         )
+        assert direct.stdout is not None
         direct_target = f"127.0.0.1:{int(direct.stdout.readline())}"
         ctl = ServingController(grpc_port=free_port(), http_port=free_port(), deploy_timeout_s=300)
         await ctl.start()
@@ -311,12 +311,4 @@ def _connect(ray, address: str, attempts: int = 6) -> None:
 
 
 def _document(params, metrics, ratios, per_round, sides) -> dict:
-    # Until bench/harness.result takes per-round ratios and sides (another branch adds them),
-    # they are added to the document here.
-    if "per_round" in inspect.signature(harness.result).parameters:
-        return harness.result("serving", params, metrics, ratios, TARGETS, per_round=per_round, sides=sides)
-    doc = harness.result("serving", params, metrics, ratios, TARGETS)
-    doc["per_round"] = per_round
-    doc["spread"] = {k: {"min": min(v), "max": max(v)} for k, v in per_round.items()}
-    doc["sides"] = sides
-    return doc
+    return harness.result("serving", params, metrics, ratios, TARGETS, per_round=per_round, sides=sides)

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -102,7 +103,7 @@ def _tune(address: str, lrs: list[float], config: dict, slots: int) -> dict:
 def run(quick: bool, smoke: bool = False) -> dict:
     rounds = 1 if quick or smoke else 3
     trials, slots = (2, 2) if smoke else (8, 2)
-    config = {"epochs": 2 if smoke else 8, "batch_size": 64, "optimizer": "adam", "hidden_sizes": [64]}
+    config: dict[str, Any] = {"epochs": 2 if smoke else 8, "batch_size": 64, "optimizer": "adam", "hidden_sizes": [64]}
     lrs = _lrs(8, seed=3)[:trials]
     with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
         state = stack.up(state_dir=Path(tmp) / "stack", num_cpus=2)

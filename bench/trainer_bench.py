@@ -158,7 +158,7 @@ def _lost_ms_per_step(dp2_rate: float, side_by_side_rate: float, batch_size: int
     return 1000 * batch_size * (1 / dp2_rate - 1 / side_by_side_rate)
 
 
-async def _measure(trainer, params: dict) -> tuple[dict, dict]:
+async def _measure(trainer, params: dict) -> tuple[dict, dict, dict, dict]:
     tp, tiny, dp, small = params["throughput"], params["tiny_epochs"], params["dp2"], params["dp2_small_steps"]
     # Warm-up: start every worker group once (actor start, Paddle import, collective join) and
     # run each model once (Paddle's first call of a kernel at a new shape costs extra).
@@ -168,8 +168,19 @@ async def _measure(trainer, params: dict) -> tuple[dict, dict]:
             await _run(trainer, {**config, "epochs": 1}, num_workers=2)
             await asyncio.gather(_run(trainer, {**config, "epochs": 1}), _run(trainer, {**config, "epochs": 1}))
 
-    under, bare, bare_cold, tiny_under, tiny_bare, tiny_cold, background = [], [], [], [], [], [], []
-    dp2, side_by_side, alone, small_dp2, small_side_by_side = [], [], [], [], []
+    # Per round: rank 0's timing reports (dicts) for the runs, samples/s for the 2-rank ones.
+    under: list[dict] = []
+    bare: list[dict] = []
+    bare_cold: list[dict] = []
+    tiny_under: list[dict] = []
+    tiny_bare: list[dict] = []
+    tiny_cold: list[dict] = []
+    background: list[dict] = []
+    dp2: list[float] = []
+    side_by_side: list[float] = []
+    alone: list[float] = []
+    small_dp2: list[float] = []
+    small_side_by_side: list[float] = []
     trained: dict[str, int] = {}
     for _ in range(params["rounds"]):
         await _vs_bare(trainer, tp, under, bare, bare_cold)

@@ -1,5 +1,8 @@
 """Type-check services/ with mypy (`make lint` runs it; config: [tool.mypy] in pyproject.toml).
 
+With paths (`typecheck.py bench`) it checks those instead: the benchmarks import the services
+and nothing else runs them but their smoke test, which is slow to say an API moved under them.
+
 The installed package maps paddleray.<service>.v1 to gen/python and paddleray.services to
 services/ through setuptools' editable-install import hook, which mypy does not run. So this
 lays out the same import tree as symlinks in a temporary directory (paddleray/ holding
