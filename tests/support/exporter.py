@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 from paddleray.exporter.v1 import exporter_service_pb2 as es
@@ -17,6 +18,7 @@ from paddleray.services.exporter.__main__ import registrations
 from paddleray.services.exporter.app import ExporterApp
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.localstack.health import serving
+from paddleray.services.localstack.ports import read_ready_file
 from paddleray.services.trainer.checkpoints import CheckpointStore
 from support import free_port, wait_until
 
@@ -140,11 +142,16 @@ class ExporterProcess:
     """`python -m paddleray.services.exporter` as a child process, killable with SIGKILL."""
 
     def __init__(self, redis_url: str, ray_address: str, storage_root: Path, log_dir: Path, **settings) -> None:
-        self.port = free_port()
-        self.log = log_dir / f"exporter-{self.port}.log"
+        # Port 0, read back from the ready file: a port chosen here could be taken before the
+        # child binds it.
+        name = f"exporter-{uuid.uuid4().hex[:8]}"
+        self.log = log_dir / f"{name}.log"
+        self.ready_file = log_dir / f"{name}.ready.json"
+        self._address: str | None = None
         env = {
             **os.environ,
-            "PADDLERAY_EXPORTER_PORT": str(self.port),
+            "PADDLERAY_EXPORTER_PORT": "0",
+            "PADDLERAY_EXPORTER_READY_FILE": str(self.ready_file),
             "PADDLERAY_EXPORTER_REDIS_URL": redis_url,
             "PADDLERAY_EXPORTER_RAY_ADDRESS": ray_address,
             "PADDLERAY_EXPORTER_STORAGE_ROOT": str(storage_root),
@@ -162,7 +169,19 @@ class ExporterProcess:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.exporter"], env=env, stdout=out,
                                          stderr=subprocess.STDOUT)
-        self.address = f"127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        """host:port once the server has bound it (waits for the ready file, which comes before
+        SERVING: health then says whether it serves)."""
+        if self._address is None:
+            def bound():
+                assert self.proc.poll() is None, self.log.read_text()
+                return read_ready_file(self.ready_file)
+
+            ready = wait_until(bound, timeout=120, interval=0.1, message=f"the exporter's ready file (log: {self.log})")
+            self._address = f"127.0.0.1:{ready['port']}"
+        return self._address
 
     def wait_serving(self, timeout: float = 120) -> None:
         def up():

@@ -254,11 +254,11 @@ async def test_the_best_checkpoint_is_kept_as_offered_so_reading_replays_no_even
     await sweep.create(make_experiment(lrs=(0.1,)), "sweep-ckpt")
     (job,) = (await _trials(sweep, "sweep-ckpt")).values()
     await sweep.on_metrics(job.name, 1, common_pb2.MetricsReport(step=3, metrics={"acc": 0.8}))
-    for epoch, acc in ((1, 0.5), (2, 0.8), (3, 0.8), (4, 0.6)):  # the tie goes to the newer one
+    for epoch, acc in ((1, 0.5), (2, 0.8), (3, 0.8), (4, 0.6)):  # a tie keeps the older one
         checkpoint = common_pb2.Checkpoint(uri=f"mem://epoch-{epoch}", epoch=epoch, metrics={"acc": acc})
         await sweep.on_checkpoint(job.name, 1, checkpoint)
     await sweep.on_checkpoint(job.name, 1, common_pb2.Checkpoint(uri="mem://no-metric", epoch=5))
     # Reading the experiment needs none of the trial's events.
     await client.delete(keys.events(job.name.removeprefix("jobs/")))
     best = (await sweep.get("experiments/sweep-ckpt")).best_trial
-    assert best.job == job.name and best.checkpoint.uri == "mem://epoch-3"
+    assert best.job == job.name and best.checkpoint.uri == "mem://epoch-2"
