@@ -1,5 +1,10 @@
-"""One real local stack (scheduler, trainer, exporter as processes, on the session's Ray head and
-Redis) shared by the CLI tests of this folder, and helpers to run the CLI against it."""
+"""One real local stack (scheduler, trainer, exporter as processes, on the session's Redis and a
+Ray head of its own) shared by the CLI tests of this folder, and helpers to run the CLI against it.
+
+The head is its own because the stack lives for the whole session: Ray Serve is one per
+cluster, and this stack's exporter declares the whole of it (deploy_apps), so on the shared
+head it deleted the apps of every later test's exporter a second after they deployed them.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +20,13 @@ from support.cli import MODULE, Cli
 
 
 @pytest.fixture(scope="session")
-def cli_stack(tmp_path_factory, redis_server, ray_head):
+def cli_stack(tmp_path_factory, redis_server):
     state_dir = tmp_path_factory.mktemp("cli-stack") / ".paddleray" / "stack"
     allow = json.dumps(["paddleray.services.trainer.examples", MODULE])
     previous = os.environ.get("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
     os.environ["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"] = allow
     try:
-        state = stack.up(state_dir, redis_url=redis_server.url, ray_address=ray_head.address)
+        state = stack.up(state_dir, redis_url=redis_server.url, num_cpus=2)
     finally:
         if previous is None:
             os.environ.pop("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
