@@ -288,3 +288,20 @@ async def test_memory_and_tenant_gpu_limits_hold_jobs_back(stack_factory):
         assert (await stack.get("jobs/gpu-1")).state == J.JOB_STATE_QUEUED
         await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/gpu-0"))
         await _wait_state(stack, "jobs/gpu-1", J.JOB_STATE_RUNNING)
+
+
+async def test_get_job_logs_passes_the_trainers_refusals_through(stack_factory):
+    """A bad rank is the caller's mistake (INVALID_ARGUMENT from the trainer), not an outage."""
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"steps": 1}), job_id="bad-rank")
+        await stack.wait_terminal(job.name)
+        with pytest.raises(grpc.aio.AioRpcError) as bad_rank:
+            async for _ in stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name, rank=5)):
+                pass
+        assert bad_rank.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad_rank.value.details().startswith("rank:")
+        stack.fake.runs.clear()  # the trainer forgot the run (a new storage root, say)
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            async for _ in stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name)):
+                pass
+        assert gone.value.code() == grpc.StatusCode.NOT_FOUND
