@@ -7,7 +7,7 @@ from typing import cast
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, training_spec
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.checkpoints import CheckpointInfo
 from paddleray.services.trainer.logs import LogLine
@@ -41,8 +41,9 @@ def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
     return stamp
 
 
-def duration_seconds(duration: duration_pb2.Duration) -> float:
-    return duration.seconds + duration.nanos / 1e9
+def duration_seconds(duration: duration_pb2.Duration, field: str) -> float:
+    """A request's Duration in seconds; INVALID_ARGUMENT naming field when out of its range."""
+    return training_spec.duration_seconds(duration, field, training_spec.MAX_TIMEOUT_S)
 
 
 def checkpoint(record: CheckpointInfo) -> common_pb2.Checkpoint:

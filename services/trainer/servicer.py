@@ -34,7 +34,7 @@ class TrainerServicer(trainer_service_pb2_grpc.TrainerServiceServicer):
             run_id=request.run_id,
             request_id=request.request_id,
             job=request.job,
-            timeout_s=convert.duration_seconds(request.timeout) if request.HasField("timeout") else None,
+            timeout_s=convert.duration_seconds(request.timeout, "timeout") if request.HasField("timeout") else None,
             resume_from=request.resume_from if request.HasField("resume_from") else None,
             labels=dict(request.labels),
             tenant=tenant,
@@ -60,7 +60,7 @@ class TrainerServicer(trainer_service_pb2_grpc.TrainerServiceServicer):
     async def StopRun(self, request: pb.StopRunRequest, context: aio.ServicerContext) -> pb.StopRunResponse:
         identity.require_write("StopRun")
         self._visible(request.name)
-        grace = convert.duration_seconds(request.grace_period) if request.HasField("grace_period") else None
+        grace = convert.duration_seconds(request.grace_period, "grace_period") if request.HasField("grace_period") else None
         record = await self._trainer.stop_run(request.name, grace, request.reason)
         return pb.StopRunResponse(run=convert.run(record))
 

@@ -47,6 +47,53 @@ async def test_bad_input_is_invalid_argument_naming_the_field(stack_factory):
         assert code == grpc.StatusCode.NOT_FOUND
 
 
+def _nested(levels: int) -> job_pb2.Job:
+    job = make_job()
+    node = job.spec.config
+    for _ in range(levels):
+        node = node.fields["a"].struct_value
+    return job
+
+
+def _with(change) -> job_pb2.Job:
+    job = make_job()
+    change(job)
+    return job
+
+
+async def test_specs_the_trainer_could_not_run_are_refused_at_create(stack_factory):
+    """Each of these was accepted, then answered INTERNAL by the trainer at every StartRun retry."""
+    async with stack_factory(dispatch=False) as stack:
+        cases = {
+            "job.spec.config.lr": make_job(config={"lr": float("nan")}),
+            "job.spec.config.a": _nested(30),  # decodes here, but not inside the messages that carry it
+            "job.spec.runtime_env.working_dir": _with(lambda j: setattr(j.spec.runtime_env, "working_dir", "/" + "w" * 5000)),
+            "job.spec.resources_per_worker.num_cpus": make_job(cpus=1.8e305),
+            "job.timeout": _with(lambda j: setattr(j.timeout, "seconds", 2**63 - 1)),
+        }
+        for field, job in cases.items():
+            code, details = await _code(lambda job=job: stack.stub.CreateJob(js.CreateJobRequest(job=job)))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (field, code, details)
+            assert details.startswith(field), (field, details)
+        # Past protobuf's own nesting limit the request is not even decodable (sent as bytes:
+        # the client library refuses to build it).
+        job_bytes = _nested(60).SerializeToString()
+        raw = b"\x0a" + _varint(len(job_bytes)) + job_bytes
+        async with grpc.aio.insecure_channel(stack.address) as channel:
+            create = channel.unary_unary("/paddleray.scheduler.v1.JobService/CreateJob")
+            code, details = await _code(lambda: create(raw))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("request:")
+        assert not (await stack.stub.ListJobs(js.ListJobsRequest())).jobs
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n > 0x7F:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
 async def test_same_request_id_twice_is_one_job(stack_factory):
     async with stack_factory(dispatch=False) as stack:
         first = await stack.create(make_job(), request_id="once")
