@@ -55,7 +55,7 @@ class TrainerServicer(trainer_service_pb2_grpc.TrainerServiceServicer):
             request.page_size, request.page_token, [convert.state_from_proto(s) for s in request.states], request.job,
             tenant,
         )
-        return pb.ListRunsResponse(runs=[convert.run(r) for r in records], next_page_token=token)
+        return pb.ListRunsResponse(runs=convert.runs_shown(records), next_page_token=token)
 
     async def StopRun(self, request: pb.StopRunRequest, context: aio.ServicerContext) -> pb.StopRunResponse:
         identity.require_write("StopRun")
