@@ -223,6 +223,22 @@ async def test_list_is_newest_first_with_stable_pages_and_a_state_filter(sweep):
         await sweep.list(2, "garbage", [])
 
 
+async def test_list_pages_of_large_experiments_end_early_by_bytes(sweep):
+    for i in range(6):
+        experiment = make_experiment(lrs=(0.1,), max_concurrent=1)
+        experiment.trial_template.spec.config.update({"blob": "x" * 900_000})
+        await sweep.create(experiment, f"big-{i}")
+    names, token, pages = [], "", 0
+    while True:
+        page, token = await sweep.list(0, token, [])
+        names += [e.name for e in page]
+        pages += 1
+        if not token:
+            break
+    assert sorted(names) == [f"experiments/big-{i}" for i in range(6)] and len(names) == 6
+    assert pages >= 2
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [

@@ -9,6 +9,7 @@ import pytest
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
+from paddleray.services.common import paging
 from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -158,6 +159,24 @@ async def test_list_pages_over_grpc(stack_factory):
             if not token:
                 break
         assert names == ["jobs/l4", "jobs/l2", "jobs/l0"]
+
+
+async def test_pages_of_large_jobs_end_early_by_bytes(stack_factory):
+    """70 jobs of ~1 MiB configs made the default page exceed the message limit for everyone."""
+    async with stack_factory(dispatch=False) as stack:
+        for i in range(6):
+            await stack.create(make_job(config={"blob": "x" * 900_000}), job_id=f"big{i}")
+        names, token, pages = [], "", 0
+        while True:
+            response = await stack.stub.ListJobs(js.ListJobsRequest(page_token=token))
+            assert response.ByteSize() <= paging.MAX_PAGE_BYTES + 64 * 1024 or len(response.jobs) == 1
+            names += [j.name for j in response.jobs]
+            pages += 1
+            token = response.next_page_token
+            if not token:
+                break
+        assert names == [f"jobs/big{i}" for i in reversed(range(6))]
+        assert pages >= 2
 
 
 async def test_logs_of_a_job_not_started_are_failed_precondition(stack_factory):
