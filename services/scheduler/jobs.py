@@ -356,8 +356,11 @@ class JobManager:
         if status == "not_terminal":
             raise errors.FailedPrecondition(f"{name} is {J.Name(state)}; only terminal jobs can be deleted")
 
-    async def list(self, page_size: int, page_token: str, states, labels, experiment: str, tenant: str):
+    async def list(self, page_size: int, page_token: str, states, labels, experiment: str, tenant: str,
+                   view: int = job_pb2.JOB_VIEW_UNSPECIFIED):
         size = paging.page_size(page_size)
+        if view not in job_pb2.JobView.values():
+            raise errors.InvalidArgument("view", f"unknown job view {view}")
         for i, state in enumerate(states):
             if state not in J.values() or state == J.JOB_STATE_UNSPECIFIED:
                 raise errors.InvalidArgument(f"states[{i}]", f"unknown job state {state}")
@@ -366,7 +369,8 @@ class JobManager:
             names.EXPERIMENT.parse(experiment, "experiment")
         filters = {"states": list(states), "labels": dict(labels), "experiment": experiment, "tenant": tenant}
         after = paging.decode_page_token(page_token, filters, "ListJobs")
-        jobs, last = await self.store.list_jobs(size, after, set(states), dict(labels), experiment, tenant)
+        jobs, last = await self.store.list_jobs(size, after, set(states), dict(labels), experiment, tenant,
+                                                without_config=view == job_pb2.JOB_VIEW_BASIC)
         return jobs, paging.encode_page_token(last, filters) if last else ""
 
     async def watch(self, name: str, after_sequence: int, poll_ms: int = 1000) -> AsyncIterator[job_pb2.JobEvent]:

@@ -194,11 +194,11 @@ class JobStore:
 
     async def list_jobs(
         self, page_size: int, after: str | None, states: set[int], labels: dict[str, str], experiment: str,
-        tenant: str, max_bytes: int = paging.MAX_PAGE_BYTES,
+        tenant: str, max_bytes: int = paging.MAX_PAGE_BYTES, without_config: bool = False,
     ) -> tuple[list[job_pb2.Job], str]:
         """Newest first, starting after the index entry `after`, at most page_size jobs and (past
-        the first) max_bytes of them; returns the page and the entry of its last job when more
-        may follow ("" otherwise). Paging by index entry means jobs created meanwhile (always
+        the first) max_bytes of them, each without spec.config when asked; returns the page and
+        the entry of its last job when more may follow ("" otherwise). Paging by index entry means jobs created meanwhile (always
         newer) never shift a later page."""
         if experiment:
             index = keys.by_experiment(experiment)
@@ -226,7 +226,9 @@ class JobStore:
                     continue
                 if any(job.labels.get(k) != v for k, v in labels.items()):
                     continue
-                if not budget.take(len(proto)):
+                if without_config:
+                    job.spec.ClearField("config")
+                if not budget.take(job.ByteSize() if without_config else len(proto)):
                     return page, last  # full by bytes: the next page starts at this job
                 page.append(job)
                 last = member.decode()

@@ -177,6 +177,11 @@ async def test_pages_of_large_jobs_end_early_by_bytes(stack_factory):
                 break
         assert names == [f"jobs/big{i}" for i in reversed(range(6))]
         assert pages >= 2
+        basic = await stack.stub.ListJobs(js.ListJobsRequest(view=job_pb2.JOB_VIEW_BASIC))
+        assert [j.name for j in basic.jobs] == names and not basic.next_page_token
+        assert all(not j.spec.HasField("config") and j.spec.entrypoint for j in basic.jobs)
+        code, details = await _code(lambda: stack.stub.ListJobs(js.ListJobsRequest(view=9)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("view:")
 
 
 async def test_logs_of_a_job_not_started_are_failed_precondition(stack_factory):
