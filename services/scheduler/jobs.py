@@ -248,6 +248,17 @@ class JobManager:
                     await self.hooks.terminal(job.name, to_state)
                 return job
 
+    async def explain_waiting(self, record: JobRecord, reason: str) -> bool:
+        """Sets a waiting job's state_reason (why it is not dispatched) and leaves everything else
+        as it is, update_time too: the time it has waited is what the dispatcher reads from it.
+        False when the job changed meanwhile or is no longer waiting."""
+        if record.job.state not in WAITING_STATES or record.job.state_reason == reason:
+            return False
+        job = job_pb2.Job()
+        job.CopyFrom(record.job)
+        job.state_reason = reason
+        return self._settled(await self.store.update(record, job), record.job_id)
+
     async def claim(self, record: JobRecord, owner: str, lease_ms: int, limits: Claim) -> WriteResult:
         """Moves a waiting job to STARTING with a new attempt, if it fits `limits` (cluster
         capacity, tenant caps), leased to owner for lease_ms: one atomic claim (store.claim).

@@ -257,8 +257,9 @@ class JobStore:
 
     # -- dispatch support ------------------------------------------------------------------
 
-    async def queue_head(self, count: int) -> list[str]:
-        return [m.decode() for m in await self.redis.zrange(keys.queue(), 0, count - 1)]
+    async def queue_head(self, count: int, offset: int = 0) -> list[str]:
+        """Ids of `count` queued jobs in dispatch order, from position `offset`."""
+        return [m.decode() for m in await self.redis.zrange(keys.queue(), offset, offset + count - 1)]
 
     async def queue_depth(self) -> int:
         return await self.redis.zcard(keys.queue())
