@@ -18,7 +18,6 @@ from paddleray.services.common import names as resource_names
 from paddleray.services.common import training_spec
 from paddleray.services.common.errors import InvalidArgument
 
-MAX_CONFIG_BYTES = training_spec.MAX_CONFIG_BYTES
 MAX_TIMEOUT_S = training_spec.MAX_TIMEOUT_S
 MAX_RETRIES = 100
 MAX_BACKOFF_MULTIPLIER = 100.0
