@@ -2,8 +2,8 @@
 
 grpc.aio interceptors cannot see a call's outcome from intercept_service alone, so each one
 wraps the method handler's behavior (unary-unary, unary-stream and stream-unary, the kinds
-our contracts use; a stream-unary behavior is awaited like a unary one, with the request
-iterator as its request).
+our contracts use, and stream-stream, server reflection's; a stream-unary behavior is awaited
+like a unary one, with the request iterator as its request).
 """
 
 from __future__ import annotations
@@ -57,6 +57,12 @@ def _wrap_handler(
     if handler.unary_stream is not None:
         return grpc.unary_stream_rpc_method_handler(
             stream(_as_async_iterator(handler.unary_stream)),
+            request_deserializer=request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            stream(_as_async_iterator(handler.stream_stream)),
             request_deserializer=request_deserializer,
             response_serializer=handler.response_serializer,
         )
@@ -168,6 +174,8 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
         def stream(behavior: StreamBehavior) -> StreamBehavior:
             async def call(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
                 await _reject_undecodable(request, method, context)
+                if hasattr(request, "__aiter__"):  # a bidirectional stream (server reflection)
+                    request = _decoded_stream(request, method)
                 try:
                     async for item in behavior(request, context):
                         yield item

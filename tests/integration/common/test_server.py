@@ -106,6 +106,11 @@ def test_undecodable_requests_are_invalid_argument(scripted, raw):
     with pytest.raises(grpc.RpcError) as caught:
         list(streaming(raw, metadata=metadata))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # Server reflection (a bidirectional stream; its first field is a string too).
+    both_ways = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+    with pytest.raises(grpc.RpcError) as caught:
+        list(both_ways(iter([raw])))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 @pytest.mark.parametrize("token", [None, "wrong"])
