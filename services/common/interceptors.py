@@ -2,8 +2,8 @@
 
 grpc.aio interceptors cannot see a call's outcome from intercept_service alone, so each one
 wraps the method handler's behavior (unary-unary, unary-stream and stream-unary, the kinds
-our contracts use; a stream-unary behavior is awaited like a unary one, with the request
-iterator as its request).
+our contracts use, and stream-stream, server reflection's; a stream-unary behavior is awaited
+like a unary one, with the request iterator as its request).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 from redis import exceptions as redis_errors
 
@@ -36,28 +37,72 @@ def _wrap_handler(
     handler: grpc.RpcMethodHandler | None,
     unary: Callable[[UnaryBehavior], UnaryBehavior],
     stream: Callable[[StreamBehavior], StreamBehavior],
+    deserializer: Callable[[Callable[[bytes], Any] | None], Callable[[bytes], Any] | None] = lambda d: d,
 ) -> grpc.RpcMethodHandler | None:
     if handler is None:
         return None
+    request_deserializer = deserializer(handler.request_deserializer)
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(
             unary(_as_coroutine(handler.unary_unary)),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=request_deserializer,
             response_serializer=handler.response_serializer,
         )
     if handler.stream_unary is not None:
         return grpc.stream_unary_rpc_method_handler(
             unary(_as_coroutine(handler.stream_unary)),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=request_deserializer,
             response_serializer=handler.response_serializer,
         )
     if handler.unary_stream is not None:
         return grpc.unary_stream_rpc_method_handler(
             stream(_as_async_iterator(handler.unary_stream)),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            stream(_as_async_iterator(handler.stream_stream)),
+            request_deserializer=request_deserializer,
             response_serializer=handler.response_serializer,
         )
     return handler
+
+
+class _Undecodable:
+    """What a request that cannot be parsed (invalid UTF-8 in a string field, truncated bytes,
+    nesting beyond protobuf's limit) becomes: the call then answers INVALID_ARGUMENT. grpc.aio
+    would otherwise answer UNKNOWN naming the exception class and log a traceback per call."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except DecodeError as exc:
+            return _Undecodable(exc)
+
+    return deserialize
+
+
+async def _decoded_stream(requests: AsyncIterator[Any], method: str) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, _Undecodable):
+            log.info("%s: undecodable request message (%s)", method, request.error)
+            raise errors.InvalidArgument("request", f"not a valid message ({request.error})")
+        yield request
+
+
+async def _reject_undecodable(request: Any, method: str, context: aio.ServicerContext) -> None:
+    if isinstance(request, _Undecodable):
+        log.info("%s: undecodable request (%s)", method, request.error)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid message ({request.error})")
 
 
 def _as_coroutine(behavior: Callable[..., Any]) -> UnaryBehavior:
@@ -85,7 +130,7 @@ def _as_async_iterator(behavior: Callable[..., Any]) -> StreamBehavior:
 
 
 class ErrorMappingInterceptor(aio.ServerInterceptor):
-    """Maps DomainError to its status, registered dependency errors (errors.register_translator)
+    """Answers an undecodable request INVALID_ARGUMENT; maps DomainError to its status, registered dependency errors (errors.register_translator)
     to theirs, and anything else to INTERNAL with a logged traceback.
 
     The client sees an incident id for INTERNAL, never the traceback itself.
@@ -114,6 +159,9 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
 
         def unary(behavior: UnaryBehavior) -> UnaryBehavior:
             async def call(request: Any, context: aio.ServicerContext) -> Any:
+                await _reject_undecodable(request, method, context)
+                if hasattr(request, "__aiter__"):  # a client stream: each message is checked as it comes
+                    request = _decoded_stream(request, method)
                 try:
                     return await behavior(request, context)
                 except aio.AbortError:
@@ -125,6 +173,9 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
 
         def stream(behavior: StreamBehavior) -> StreamBehavior:
             async def call(request: Any, context: aio.ServicerContext) -> AsyncIterator[Any]:
+                await _reject_undecodable(request, method, context)
+                if hasattr(request, "__aiter__"):  # a bidirectional stream (server reflection)
+                    request = _decoded_stream(request, method)
                 try:
                     async for item in behavior(request, context):
                         yield item
@@ -135,7 +186,7 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
 
             return call
 
-        return _wrap_handler(handler, unary, stream)
+        return _wrap_handler(handler, unary, stream, _tolerant)
 
 
 class AuthInterceptor(aio.ServerInterceptor):

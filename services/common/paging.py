@@ -1,6 +1,7 @@
 """List paging (AIP-158): one page-size rule and one opaque page-token codec for every service.
 
-A page size above the maximum is coerced to it, not rejected. A token names the position
+A page size above the maximum is coerced to it, not rejected; a page also ends early when its
+items reach MAX_PAGE_BYTES. A token names the position
 after which the next page starts (an index member, a sort key: whatever the store pages by)
 and is bound to the request's filters: a token reused with other filters is rejected, since
 its position means nothing under them.
@@ -17,6 +18,27 @@ from paddleray.services.common.errors import InvalidArgument
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+# Pages are bounded by bytes too: a page of large resources (1 MiB configs) ends early, with a
+# next_page_token, so that it fits the 4 MiB a stock gRPC client accepts by default.
+MAX_PAGE_BYTES = 4 << 20
+
+
+class ByteBudget:
+    """How much of a page's bytes are spent. The first item always fits (a page holds at least
+    one item, so listing always moves on), any other only while the page stays within budget."""
+
+    def __init__(self, limit: int = MAX_PAGE_BYTES) -> None:
+        self.limit = limit
+        self.used = 0
+        self.items = 0
+
+    def take(self, size: int) -> bool:
+        """Counts an item of `size` bytes in when it fits; False (nothing counted) otherwise."""
+        if self.items and self.used + size > self.limit:
+            return False
+        self.used += size
+        self.items += 1
+        return True
 
 
 def page_size(requested: int, field: str = "page_size", default: int = DEFAULT_PAGE_SIZE,

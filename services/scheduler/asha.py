@@ -27,6 +27,10 @@ from paddleray.scheduler.v1 import experiment_pb2
 from paddleray.services.common.errors import InvalidArgument
 
 DEFAULT_REDUCTION_FACTOR = 4.0
+# Bounds that keep the rungs few enough to compute and to judge every report against.
+MAX_REDUCTION_FACTOR = 1000.0
+MAX_RUNGS = 64
+MAX_T = 10**12
 _FIELD = "experiment.early_stopping.asha"
 
 
@@ -62,9 +66,19 @@ def config_from_proto(experiment: experiment_pb2.Experiment) -> AshaConfig | Non
         raise InvalidArgument(f"{_FIELD}.grace_period", "must be >= 1")
     if policy.max_t <= policy.grace_period:
         raise InvalidArgument(f"{_FIELD}.max_t", "must be > grace_period")
+    if policy.max_t > MAX_T:
+        raise InvalidArgument(f"{_FIELD}.max_t", f"must be at most {MAX_T}")
     factor = policy.reduction_factor or DEFAULT_REDUCTION_FACTOR
-    if not (math.isfinite(factor) and factor > 1):
-        raise InvalidArgument(f"{_FIELD}.reduction_factor", "must be > 1")
+    if not (math.isfinite(factor) and 1 < factor <= MAX_REDUCTION_FACTOR):
+        raise InvalidArgument(f"{_FIELD}.reduction_factor", f"must be > 1 and at most {MAX_REDUCTION_FACTOR:g}")
+    rungs = math.ceil(math.log(policy.max_t / policy.grace_period) / math.log(factor))
+    if rungs > MAX_RUNGS:
+        # A factor just above 1 makes rungs without end: every report is judged against each.
+        raise InvalidArgument(
+            f"{_FIELD}.reduction_factor",
+            f"gives {rungs} rungs from grace_period {policy.grace_period} to max_t {policy.max_t}; at most {MAX_RUNGS}"
+            " (use a larger factor or a smaller max_t / grace_period ratio)",
+        )
     if not experiment.metric:
         raise InvalidArgument("experiment.metric", "must be set when early stopping is used")
     if experiment.mode not in (common_pb2.METRIC_MODE_MIN, common_pb2.METRIC_MODE_MAX):

@@ -7,7 +7,9 @@ order. A claim (lua/claim_job.lua) admits a job only when everything STARTING/RU
 already hold plus all of its workers fit the cluster, counted in exact milli-units, and its
 tenant is under its limits; it reserves, leases and marks the job STARTING in one step, so
 two replicas never dispatch one job. A job that does not fit stays queued while smaller
-ones behind it may start (backfill).
+ones behind it may start (backfill). A job that could not fit even the empty cluster is
+passed over, with the reason on the job ("needs 64 CPUs; the cluster has 2"), and never holds
+others back.
 
 Each claimed job gets a RunFollower task. Leases are renewed every lease_ttl/3; leases that
 expired (a crashed replica) are taken over and their jobs followed from where they were.
@@ -28,15 +30,19 @@ from paddleray.services.common.cancellation import raise_if_cancelled
 from paddleray.services.scheduler import metrics
 from paddleray.services.scheduler.follower import RunFollower, deadline_s
 from paddleray.services.scheduler.jobs import IllegalTransition, JobManager
-from paddleray.services.scheduler.resources import Amounts, from_cluster, milli
+from paddleray.services.scheduler.resources import Amounts, from_cluster, milli, never_fits
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import Claim, JobRecord
 from paddleray.services.scheduler.trainer_client import TrainerClient
+from paddleray.trainer.v1 import trainer_service_pb2 as ts
 
 log = logging.getLogger(__name__)
 J = job_pb2.JobState
 _STATS_EVERY_S = 5.0
 _STOP_WAIT_S = 5.0
+# How far past the window a pass looks for jobs that can run, in windows (bounds a pass's reads
+# when the queue's head is all jobs the cluster can never hold).
+_SCAN_WINDOWS = 16
 
 
 class Dispatcher:
@@ -94,8 +100,7 @@ class Dispatcher:
 
     async def dispatch_once(self) -> int:
         """One pass; returns how many jobs were claimed."""
-        ids = await self.store.queue_head(self.settings.dispatch_window)
-        if not ids:
+        if not await self.store.queue_head(1):
             return 0
         cluster = await self.trainer.cluster_resources()
         reserved = await self.store.reserved()
@@ -103,7 +108,7 @@ class Dispatcher:
         # claimed holds before its actors exist; `total` minus everything we reserved covers
         # that. The Lua claim checks reserved + demand against this capacity atomically.
         capacity = Amounts.minimum(from_cluster(cluster.total), from_cluster(cluster.available) + reserved)
-        records = [r for r in await self.store.get_many(ids) if r is not None]
+        records = await self._window(cluster)
         usage = await self.store.tenant_jobs(sorted({r.job.tenant for r in records}))
         position = {r.job_id: i for i, r in enumerate(records)}
         blocked_tenants: set[str] = set()
@@ -126,6 +131,30 @@ class Dispatcher:
                          _waited_s(record))
                 break
         return claimed
+
+    async def _window(self, cluster: ts.GetClusterResourcesResponse) -> list[JobRecord]:
+        """The first dispatch_window queued jobs that could run on this cluster, in queue order.
+
+        A job that cannot run even on the empty cluster is passed over (so any number of them
+        never fill the window) and is no starvation candidate (so it never holds smaller jobs
+        back); it stays queued, its state_reason saying why, until the cluster grows."""
+        window = self.settings.dispatch_window
+        fit: list[JobRecord] = []
+        offset = 0
+        while len(fit) < window and offset < window * _SCAN_WINDOWS:
+            ids = await self.store.queue_head(window, offset)
+            offset += len(ids)
+            for record in await self.store.get_many(ids):
+                if record is None:
+                    continue
+                reason = never_fits(record.job.spec, cluster)
+                if not reason:
+                    fit.append(record)
+                elif await self.manager.explain_waiting(record, reason):
+                    log.info("%s cannot run on this cluster: %s", record.job.name, reason)
+            if len(ids) < window:
+                break
+        return fit[:window]
 
     async def _claim(self, record: JobRecord, capacity: Amounts) -> str:
         job = record.job

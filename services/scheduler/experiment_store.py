@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2
+from paddleray.services.common import paging
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.search import TrialParameters
 
@@ -198,9 +199,12 @@ class ExperimentStore:
     async def list(self, page_size: int, after: str | None, states: set[int]) -> tuple[list[ExperimentRecord], str]:
         """Newest first, starting after the index entry `after`; returns the page and the entry
         of its last experiment when more may follow ("" otherwise), so experiments created
-        meanwhile (always newer) never shift a later page."""
+        meanwhile (always newer) never shift a later page. A page ends early at
+        paging.MAX_PAGE_BYTES (experiments carry their trial template's config)."""
         start = f"({after}" if after is not None else "+"
         page: list[ExperimentRecord] = []
+        budget = paging.ByteBudget()
+        previous: bytes | str = b""
         while True:
             members = await self.redis.zrange(
                 keys.experiments_by_time(), start, "-", desc=True, bylex=True, offset=0, num=_SCAN_CHUNK
@@ -209,7 +213,10 @@ class ExperimentStore:
                 record = await self.get(_text(member).split(":", 1)[1])
                 if record is None or (states and record.state not in states):
                     continue
+                if not budget.take(record.experiment.ByteSize()):
+                    return page, _text(previous)  # full by bytes: the next page starts here
                 page.append(record)
+                previous = member
                 if len(page) == page_size:
                     return page, _text(member)
             if len(members) < _SCAN_CHUNK:

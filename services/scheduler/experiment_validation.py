@@ -8,10 +8,12 @@ from google.protobuf import struct_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, training_spec
 from paddleray.services.scheduler import asha, search, validation
 
 MAX_DISPLAY_NAME = 256
+# Every trial job stores its own config: the whole sweep's configs are bounded, not only each.
+MAX_SWEEP_CONFIG_BYTES = 256 << 20
 
 
 def validate_experiment(experiment: experiment_pb2.Experiment) -> list[search.TrialParameters]:
@@ -32,11 +34,18 @@ def validate_experiment(experiment: experiment_pb2.Experiment) -> list[search.Tr
     template.labels.update(experiment.labels)
     validation.validate_job(template, "experiment.trial_template")
     asha.config_from_proto(experiment)
+    trials = search.count_trials(experiment)
+    if trials * template.spec.config.ByteSize() > MAX_SWEEP_CONFIG_BYTES:
+        raise errors.InvalidArgument(
+            "experiment.trial_template.spec.config",
+            f"trials x config size must be at most {MAX_SWEEP_CONFIG_BYTES >> 20} MiB ({trials} trials)",
+        )
     plan = search.expand(experiment)
     for parameters in plan:
         config: struct_pb2.Struct = search.apply_to_config(template.spec.config, parameters)
-        if config.ByteSize() > validation.MAX_CONFIG_BYTES:
+        if config.ByteSize() > training_spec.MAX_CONFIG_BYTES:
             raise errors.InvalidArgument(
                 "experiment.trial_template.spec.config", "at most 1 MiB serialized with a trial's parameters"
             )
+        training_spec.check_struct_values(config, "experiment.trial_template.spec.config (with a trial's parameters)")
     return plan

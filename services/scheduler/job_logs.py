@@ -46,6 +46,25 @@ class JobLogs:
             async for response in self._trainer.run_logs(request):
                 yield list(response.lines)
         except aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
-                raise errors.NotFound(f"the trainer no longer has the logs of {run}") from exc
-            raise errors.Unavailable(f"the trainer could not be reached: {exc.code().name}") from exc
+            raise _as_job_error(exc, run) from exc
+
+
+def _as_job_error(exc: aio.AioRpcError, run: str) -> errors.DomainError:
+    """The trainer's answer as the job's client should see it: a refusal of the request stays
+    what it is (the trainer checks rank and the like), only an outage is UNAVAILABLE."""
+    code = exc.code()
+    if code == grpc.StatusCode.NOT_FOUND:
+        return errors.NotFound(f"the trainer no longer has the logs of {run}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return _Passed(code, exc.details() or "invalid argument")
+    if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE):
+        return _Passed(code, exc.details() or code.name)
+    return errors.Unavailable(f"the trainer could not be reached: {code.name}")
+
+
+class _Passed(errors.DomainError):
+    """A trainer status passed through unchanged, with the trainer's message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code

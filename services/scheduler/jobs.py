@@ -248,6 +248,17 @@ class JobManager:
                     await self.hooks.terminal(job.name, to_state)
                 return job
 
+    async def explain_waiting(self, record: JobRecord, reason: str) -> bool:
+        """Sets a waiting job's state_reason (why it is not dispatched) and leaves everything else
+        as it is, update_time too: the time it has waited is what the dispatcher reads from it.
+        False when the job changed meanwhile or is no longer waiting."""
+        if record.job.state not in WAITING_STATES or record.job.state_reason == reason:
+            return False
+        job = job_pb2.Job()
+        job.CopyFrom(record.job)
+        job.state_reason = reason
+        return self._settled(await self.store.update(record, job), record.job_id)
+
     async def claim(self, record: JobRecord, owner: str, lease_ms: int, limits: Claim) -> WriteResult:
         """Moves a waiting job to STARTING with a new attempt, if it fits `limits` (cluster
         capacity, tenant caps), leased to owner for lease_ms: one atomic claim (store.claim).
@@ -356,8 +367,11 @@ class JobManager:
         if status == "not_terminal":
             raise errors.FailedPrecondition(f"{name} is {J.Name(state)}; only terminal jobs can be deleted")
 
-    async def list(self, page_size: int, page_token: str, states, labels, experiment: str, tenant: str):
+    async def list(self, page_size: int, page_token: str, states, labels, experiment: str, tenant: str,
+                   view: int = job_pb2.JOB_VIEW_UNSPECIFIED):
         size = paging.page_size(page_size)
+        if view not in job_pb2.JobView.values():
+            raise errors.InvalidArgument("view", f"unknown job view {view}")
         for i, state in enumerate(states):
             if state not in J.values() or state == J.JOB_STATE_UNSPECIFIED:
                 raise errors.InvalidArgument(f"states[{i}]", f"unknown job state {state}")
@@ -366,7 +380,8 @@ class JobManager:
             names.EXPERIMENT.parse(experiment, "experiment")
         filters = {"states": list(states), "labels": dict(labels), "experiment": experiment, "tenant": tenant}
         after = paging.decode_page_token(page_token, filters, "ListJobs")
-        jobs, last = await self.store.list_jobs(size, after, set(states), dict(labels), experiment, tenant)
+        jobs, last = await self.store.list_jobs(size, after, set(states), dict(labels), experiment, tenant,
+                                                without_config=view == job_pb2.JOB_VIEW_BASIC)
         return jobs, paging.encode_page_token(last, filters) if last else ""
 
     async def watch(self, name: str, after_sequence: int, poll_ms: int = 1000) -> AsyncIterator[job_pb2.JobEvent]:

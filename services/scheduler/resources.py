@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paddleray.common.v1 import common_pb2
-from paddleray.trainer.v1 import run_pb2
+from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
 
 
 def milli(value: float) -> int:
@@ -40,3 +40,45 @@ def job_demand(spec: common_pb2.TrainingSpec) -> Amounts:
 
 def from_cluster(amounts: run_pb2.ResourceAmounts) -> Amounts:
     return Amounts(milli(amounts.num_cpus), milli(amounts.num_gpus), amounts.memory_bytes)
+
+
+def never_fits(spec: common_pb2.TrainingSpec, cluster: trainer_service_pb2.GetClusterResourcesResponse) -> str:
+    """Why the job cannot run on this cluster even when it is empty ("" when it can): more of a
+    resource than the cluster has in total, or a worker larger than every node. A cluster that
+    reports no CPUs at all (not known yet) is not judged."""
+    total = from_cluster(cluster.total)
+    if total.cpu_m <= 0:
+        return ""
+    workers = spec.num_workers or 1
+    demand = job_demand(spec)
+    per = Amounts(demand.cpu_m // workers, demand.gpu_m // workers, demand.mem // workers)
+    for field in _FIELDS:
+        needed, has = getattr(demand, field), getattr(total, field)
+        if field == "mem" and has <= 0:
+            continue  # a cluster that reports no memory does not account for it
+        if needed > has:
+            return f"needs {_text(field, needed)}; the cluster has {_number(field, has)}"
+    nodes = [from_cluster(node.total) for node in cluster.nodes]
+    for field in _FIELDS if nodes else ():
+        largest, needed = max(getattr(node, field) for node in nodes), getattr(per, field)
+        if field == "mem" and largest <= 0:
+            continue
+        if needed > largest:
+            return f"each worker needs {_text(field, needed)}; the largest node has {_number(field, largest)}"
+    return ""
+
+
+_FIELDS = ("cpu_m", "gpu_m", "mem")
+
+
+def _text(field: str, amount: int) -> str:
+    """What a job needs: "64 CPUs", "1 GPU", "16 GiB of memory"."""
+    if field == "mem":
+        return f"{_number(field, amount)} of memory"
+    unit = "CPU" if field == "cpu_m" else "GPU"
+    return f"{_number(field, amount)} {unit}{'' if amount == 1000 else 's'}"
+
+
+def _number(field: str, amount: int) -> str:
+    """What a cluster or node has: "2", "8 GiB"."""
+    return f"{amount / 2**30:.3g} GiB" if field == "mem" else f"{amount / 1000:g}"

@@ -22,12 +22,15 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from paddleray.scheduler.v1 import experiment_pb2
-from paddleray.services.common import structs
+from paddleray.services.common import structs, training_spec
 from paddleray.services.common.errors import InvalidArgument
 
 # A plan is stored whole in Redis and every trial job is created from it: keep it bounded.
 MAX_TRIALS = 10_000
 MAX_NUM_SAMPLES = 10_000
+MAX_PARAMETERS = 256
+MAX_VALUES = 10_000
+_MAX_RANDINT = 2**53
 
 _KEY_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _SPACE = "experiment.search_space.parameters"
@@ -66,9 +69,12 @@ def _check_distribution(key: str, dist: experiment_pb2.ParameterDistribution) ->
         values = getattr(dist, kind).values
         if not values:
             raise InvalidArgument(f"{field}.{kind}.values", "must have at least one value")
+        if len(values) > MAX_VALUES:
+            raise InvalidArgument(f"{field}.{kind}.values", f"at most {MAX_VALUES} values")
         for i, value in enumerate(values):
             if value.WhichOneof("kind") is None:
                 raise InvalidArgument(f"{field}.{kind}.values[{i}]", "must be set")
+            training_spec.check_struct_values(value, f"{field}.{kind}.values[{i}]")
     elif kind == "uniform":
         low, high = dist.uniform.low, dist.uniform.high
         if not math.isfinite(low):
@@ -77,6 +83,9 @@ def _check_distribution(key: str, dist: experiment_pb2.ParameterDistribution) ->
             raise InvalidArgument(f"{field}.uniform.high", "must be finite")
         if not high > low:
             raise InvalidArgument(f"{field}.uniform.high", "must be > low")
+        if not math.isfinite(high - low):
+            # A draw is low + u * (high - low): the width itself must be a number.
+            raise InvalidArgument(f"{field}.uniform", "high - low must be finite (at most about 1.8e308)")
     elif kind == "log_uniform":
         low, high = dist.log_uniform.low, dist.log_uniform.high
         if not (math.isfinite(low) and low > 0):
@@ -88,6 +97,10 @@ def _check_distribution(key: str, dist: experiment_pb2.ParameterDistribution) ->
     elif kind == "randint":
         if not dist.randint.high > dist.randint.low:
             raise InvalidArgument(f"{field}.randint.high", "must be > low")
+        for bound in ("low", "high"):
+            # Beyond 2**53 a JSON number (a Struct's double) no longer holds the integer drawn.
+            if abs(getattr(dist.randint, bound)) > _MAX_RANDINT:
+                raise InvalidArgument(f"{field}.randint.{bound}", f"magnitude must be at most 2**53 ({_MAX_RANDINT})")
 
 
 def resolve_algorithm(experiment: experiment_pb2.Experiment) -> int:
@@ -130,6 +143,8 @@ def validate(experiment: experiment_pb2.Experiment) -> None:
     parameters = experiment.search_space.parameters
     if not parameters:
         raise InvalidArgument(_SPACE, "must have at least one parameter")
+    if len(parameters) > MAX_PARAMETERS:
+        raise InvalidArgument(_SPACE, f"at most {MAX_PARAMETERS} parameters")
     keys = sorted(parameters)
     for key in keys:
         _check_key(key)

@@ -30,7 +30,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         if tenant is None:
             return js.ListJobsResponse()
         jobs, token = await self.manager.list(request.page_size, request.page_token, list(request.states),
-                                              dict(request.labels), request.experiment, tenant)
+                                              dict(request.labels), request.experiment, tenant, request.view)
         return js.ListJobsResponse(jobs=jobs, next_page_token=token)
 
     async def CancelJob(self, request: js.CancelJobRequest, context) -> js.CancelJobResponse:

@@ -23,7 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common import states
+from paddleray.services.common import paging, states
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.resources import Amounts, job_demand
 from paddleray.services.scheduler.script_batch import ScriptBatcher
@@ -194,11 +194,12 @@ class JobStore:
 
     async def list_jobs(
         self, page_size: int, after: str | None, states: set[int], labels: dict[str, str], experiment: str,
-        tenant: str,
+        tenant: str, max_bytes: int = paging.MAX_PAGE_BYTES, without_config: bool = False,
     ) -> tuple[list[job_pb2.Job], str]:
-        """Newest first, starting after the index entry `after`; returns the page and the entry
-        of its last job when more may follow ("" otherwise). Paging by index entry means jobs
-        created meanwhile (always newer) never shift a later page."""
+        """Newest first, starting after the index entry `after`, at most page_size jobs and (past
+        the first) max_bytes of them, each without spec.config when asked; returns the page and
+        the entry of its last job when more may follow ("" otherwise). Paging by index entry means jobs created meanwhile (always
+        newer) never shift a later page."""
         if experiment:
             index = keys.by_experiment(experiment)
         elif tenant:
@@ -207,6 +208,7 @@ class JobStore:
             index = keys.by_time()
         start = f"({after}" if after is not None else "+"
         page: list[job_pb2.Job] = []
+        budget = paging.ByteBudget(max_bytes)
         last = ""
         while len(page) < page_size:
             members = await self.redis.zrange(index, start, "-", desc=True, bylex=True, offset=0, num=_SCAN_CHUNK)
@@ -224,6 +226,10 @@ class JobStore:
                     continue
                 if any(job.labels.get(k) != v for k, v in labels.items()):
                     continue
+                if without_config:
+                    job.spec.ClearField("config")
+                if not budget.take(job.ByteSize() if without_config else len(proto)):
+                    return page, last  # full by bytes: the next page starts at this job
                 page.append(job)
                 last = member.decode()
                 if len(page) == page_size:
@@ -251,8 +257,9 @@ class JobStore:
 
     # -- dispatch support ------------------------------------------------------------------
 
-    async def queue_head(self, count: int) -> list[str]:
-        return [m.decode() for m in await self.redis.zrange(keys.queue(), 0, count - 1)]
+    async def queue_head(self, count: int, offset: int = 0) -> list[str]:
+        """Ids of `count` queued jobs in dispatch order, from position `offset`."""
+        return [m.decode() for m in await self.redis.zrange(keys.queue(), offset, offset + count - 1)]
 
     async def queue_depth(self) -> int:
         return await self.redis.zcard(keys.queue())

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy, read_checkpoint
 from paddleray.services.trainer.committer import BackgroundCommitter
@@ -39,6 +39,7 @@ class RunPaths:
     """Where one run keeps its files under the storage root."""
 
     root: Path
+    STAGING: ClassVar[str] = "staging"
 
     @classmethod
     def of(cls, storage_root: str | os.PathLike, run_id: str) -> RunPaths:
@@ -50,7 +51,7 @@ class RunPaths:
 
     @property
     def staging(self) -> Path:
-        return self.root / "staging"
+        return self.root / self.STAGING
 
     @property
     def logs(self) -> Path:

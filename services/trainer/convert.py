@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, training_spec
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.checkpoints import CheckpointInfo
 from paddleray.services.trainer.logs import LogLine
@@ -21,6 +22,9 @@ from paddleray.services.trainer.records import (
 from paddleray.services.trainer.trainer import ClusterResources, Resources
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
 
+log = logging.getLogger(__name__)
+# Runs already reported as unshowable (reported once, not at every list).
+_unshowable: set[str] = set()
 _STREAMS = {"stdout": common_pb2.LOG_STREAM_STDOUT, "stderr": common_pb2.LOG_STREAM_STDERR}
 
 
@@ -41,8 +45,9 @@ def timestamp(seconds: float) -> timestamp_pb2.Timestamp:
     return stamp
 
 
-def duration_seconds(duration: duration_pb2.Duration) -> float:
-    return duration.seconds + duration.nanos / 1e9
+def duration_seconds(duration: duration_pb2.Duration, field: str) -> float:
+    """A request's Duration in seconds; INVALID_ARGUMENT naming field when out of its range."""
+    return training_spec.duration_seconds(duration, field, training_spec.MAX_TIMEOUT_S)
 
 
 def checkpoint(record: CheckpointInfo) -> common_pb2.Checkpoint:
@@ -97,6 +102,20 @@ def run(record: runs.RunRecord) -> run_pb2.Run:
     if record.end_time is not None:
         message.end_time.CopyFrom(timestamp(record.end_time))
     return message
+
+
+def runs_shown(records: list[runs.RunRecord]) -> list[run_pb2.Run]:
+    """The records as Runs, leaving out (with one log line per record) any that cannot be
+    shown: one bad stored record must not make a list fail for everyone."""
+    shown = []
+    for record in records:
+        try:
+            shown.append(run(record))
+        except (ValueError, OverflowError, TypeError) as exc:
+            if record.run_id not in _unshowable:
+                _unshowable.add(record.run_id)
+                log.warning("run %s cannot be shown and is left out of lists: %s", record.run_id, exc)
+    return shown
 
 
 def metrics_report(report: MetricsReport) -> common_pb2.MetricsReport:

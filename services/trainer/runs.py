@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -23,9 +25,10 @@ from typing import Any
 from google.protobuf import json_format
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors, names
+from paddleray.services.common import errors, names, training_spec
 from paddleray.services.trainer import metrics
 from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
+from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.records import (
     TRANSITIONS,
     Failure,
@@ -104,7 +107,7 @@ class RunRecord:
             spec=json_format.ParseDict(data["spec"], common_pb2.TrainingSpec()),
             job=data.get("job", ""),
             request_id=data.get("request_id", ""),
-            timeout_s=data.get("timeout_s"),
+            timeout_s=_timeout(data.get("timeout_s")),
             resume_from=json_format.ParseDict(resume, common_pb2.Checkpoint()) if resume is not None else None,
             labels=dict(data.get("labels", {})),
             state=RunState(data["state"]),
@@ -121,6 +124,17 @@ class RunRecord:
             start_time=data.get("start_time"),
             end_time=data.get("end_time"),
         )
+
+
+def _timeout(value: Any) -> float | None:
+    """A stored timeout, or ValueError when it is not one a Run can show (a record written
+    before StartRun bounded timeouts held 2**63 s, and broke every ListRuns)."""
+    if value is None:
+        return None
+    seconds = float(value)
+    if not (math.isfinite(seconds) and 0 < seconds <= training_spec.MAX_TIMEOUT_S):
+        raise ValueError(f"timeout_s {value!r} is not a timeout a run can have")
+    return seconds
 
 
 def _checkpoint_json(checkpoint: CheckpointInfo | None) -> dict[str, Any] | None:
@@ -316,7 +330,18 @@ class RunRegistry:
                 reason = "the trainer restarted while the run was active"
                 self.transition(record.run_id, RunState.FAILED, reason, Failure(FailureKind.TRAINER_ERROR, reason))
             loaded += 1
+        self._remove_staging()
         return loaded
+
+    def _remove_staging(self) -> None:
+        """Removes the staging directories (ctx.make_checkpoint_dir) that runs of an earlier,
+        killed trainer left: a run's executor removes its own as it ends, so after loading (every
+        loaded run has ended) any that is left belongs to no one."""
+        left = [p for p in self._dir.glob("*/" + RunPaths.STAGING) if p.parent.name in self._runs]
+        for staging in left:
+            shutil.rmtree(staging, ignore_errors=True)
+        if left:
+            log.info("removed %d staging directories left by earlier runs", len(left))
 
     def _recover_after_restart(self, record: RunRecord) -> None:
         try:

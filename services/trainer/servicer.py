@@ -34,7 +34,7 @@ class TrainerServicer(trainer_service_pb2_grpc.TrainerServiceServicer):
             run_id=request.run_id,
             request_id=request.request_id,
             job=request.job,
-            timeout_s=convert.duration_seconds(request.timeout) if request.HasField("timeout") else None,
+            timeout_s=convert.duration_seconds(request.timeout, "timeout") if request.HasField("timeout") else None,
             resume_from=request.resume_from if request.HasField("resume_from") else None,
             labels=dict(request.labels),
             tenant=tenant,
@@ -55,12 +55,12 @@ class TrainerServicer(trainer_service_pb2_grpc.TrainerServiceServicer):
             request.page_size, request.page_token, [convert.state_from_proto(s) for s in request.states], request.job,
             tenant,
         )
-        return pb.ListRunsResponse(runs=[convert.run(r) for r in records], next_page_token=token)
+        return pb.ListRunsResponse(runs=convert.runs_shown(records), next_page_token=token)
 
     async def StopRun(self, request: pb.StopRunRequest, context: aio.ServicerContext) -> pb.StopRunResponse:
         identity.require_write("StopRun")
         self._visible(request.name)
-        grace = convert.duration_seconds(request.grace_period) if request.HasField("grace_period") else None
+        grace = convert.duration_seconds(request.grace_period, "grace_period") if request.HasField("grace_period") else None
         record = await self._trainer.stop_run(request.name, grace, request.reason)
         return pb.StopRunResponse(run=convert.run(record))
 

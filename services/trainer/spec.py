@@ -1,6 +1,7 @@
 """What a run asks for, validated once: StartRun's request becomes a RunSpec or a clear error.
 
-Every rule names the field it checks (INVALID_ARGUMENT); an entrypoint that is neither under
+Every rule names the field it checks (INVALID_ARGUMENT); the spec's own rules are the ones
+the scheduler applies at CreateJob (paddleray.services.common.training_spec); an entrypoint that is neither under
 the allowlist nor a module file of the run's own package is PERMISSION_DENIED
 (paddleray.services.common.entrypoints). A working_dir naming a package resolves to the
 stored zip under the shared storage root.
@@ -17,12 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import entrypoints, errors, names, packages, structs
-from paddleray.services.trainer.backend import validate_gpu_request
+from paddleray.services.common import entrypoints, errors, names, packages, structs, training_spec
 from paddleray.services.trainer.checkpoints import RetentionPolicy, read_checkpoint
 
-_MAX_CONFIG_BYTES = 1 << 20
-_MAX_WORKERS = 1024
 _STRATEGIES = {
     common_pb2.PLACEMENT_STRATEGY_UNSPECIFIED: "PACK",
     common_pb2.PLACEMENT_STRATEGY_PACK: "PACK",
@@ -104,17 +102,13 @@ def run_spec(
     resume_from_uri: str = "",
     storage_root: str | Path = "",
 ) -> RunSpec:
-    entrypoints.check_form(spec.entrypoint)
+    training_spec.validate_spec(spec, "spec")
     env = _env(spec.runtime_env, storage_root)
     package_files = _package_files(env.package_zip) if env.package_zip else None
     package_entrypoint = check_entrypoint(spec.entrypoint, allowlist, package_files)
-    if spec.config.ByteSize() > _MAX_CONFIG_BYTES:
-        raise errors.InvalidArgument("spec.config", "must be at most 1 MiB serialized")
     num_workers = spec.num_workers or 1
-    if not 1 <= num_workers <= _MAX_WORKERS:
-        raise errors.InvalidArgument("spec.num_workers", f"must be between 1 and {_MAX_WORKERS}")
-    if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
-        raise errors.InvalidArgument("timeout", "must be positive")
+    if timeout_s is not None and not (math.isfinite(timeout_s) and 0 < timeout_s <= training_spec.MAX_TIMEOUT_S):
+        raise errors.InvalidArgument("timeout", "must be positive and at most 30 days")
     resume_from = None
     if resume_from_uri:
         if read_checkpoint(resume_from_uri) is None:
@@ -125,7 +119,7 @@ def run_spec(
         config=structs.to_python(spec.config),
         group=GroupSpec(
             num_workers=num_workers,
-            resources=_resources(spec.resources_per_worker, num_workers),
+            resources=_resources(spec.resources_per_worker),
             env=env,
             strategy=_strategy(spec.placement_strategy),
         ),
@@ -139,18 +133,7 @@ def run_spec(
     )
 
 
-def _resources(resources: common_pb2.Resources, num_workers: int) -> WorkerResources:
-    prefix = "spec.resources_per_worker"
-    if not math.isfinite(resources.num_cpus) or resources.num_cpus < 0:
-        raise errors.InvalidArgument(f"{prefix}.num_cpus", "must be a finite number >= 0")
-    validate_gpu_request(resources.num_gpus, num_workers)
-    if resources.memory_bytes < 0:
-        raise errors.InvalidArgument(f"{prefix}.memory_bytes", "must be >= 0")
-    for name, amount in resources.custom.items():
-        if not name or not math.isfinite(amount) or amount < 0:
-            raise errors.InvalidArgument(f"{prefix}.custom", "needs non-empty names and finite amounts >= 0")
-        if name in ("CPU", "GPU", "memory"):
-            raise errors.InvalidArgument(f"{prefix}.custom", f"{name!r} is set by its own field")
+def _resources(resources: common_pb2.Resources) -> WorkerResources:
     return WorkerResources(
         # A worker always takes some CPU: Ray would otherwise pack any number of them on one node.
         num_cpus=resources.num_cpus or 1.0,
@@ -173,7 +156,7 @@ def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> EnvSpec:
                 "upload it to a scheduler that shares this storage root"
             )
         package_zip = str(path)
-    elif env.working_dir and "://" not in env.working_dir and not Path(env.working_dir).exists():
+    elif env.working_dir and "://" not in env.working_dir and not _exists(Path(env.working_dir)):
         raise errors.InvalidArgument(field, "must be a directory the trainer can read, or a URI that Ray accepts")
     if any(not key for key in env.env_vars):
         raise errors.InvalidArgument("spec.runtime_env.env_vars", "names must be non-empty")
@@ -181,6 +164,13 @@ def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> EnvSpec:
         image=env.image, env_vars=tuple(sorted(env.env_vars.items())), working_dir=env.working_dir,
         package_zip=package_zip,
     )
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system, say
+        return False
 
 
 def _package_files(path: str) -> list[str]:

@@ -7,6 +7,7 @@ refs or pushed to a thread.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import uuid
@@ -211,8 +212,10 @@ class Trainer:
         if position is not None:
             cursor = _cursor(position)
             records = [r for r in records if (r.create_time, r.run_id) < cursor]
-        page = records[:size]
-        more = len(records) > size
+        # At most size runs and (past the first) paging.MAX_PAGE_BYTES of their specs.
+        budget = paging.ByteBudget()
+        page = list(itertools.takewhile(lambda r: budget.take(r.spec.ByteSize()), records[:size]))
+        more = len(records) > len(page)
         return page, paging.encode_page_token(_position(page[-1]), filters) if more else ""
 
     async def stop_run(self, name: str, grace_s: float | None = None, reason: str = "") -> runs.RunRecord:

@@ -193,6 +193,10 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         fake = self.runs.get(request.name)
         if fake is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"{request.name} not found")
+        world = fake.run.spec.num_workers or 1
+        if request.HasField("rank") and not 0 <= request.rank < world:
+            # As the real trainer answers.
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rank: must be between 0 and {world - 1}")
         lines = [common_pb2.LogLine(rank=0, stream=common_pb2.LOG_STREAM_STDOUT, text=f"{fake.run.name} line {i}")
                  for i in range(5)]
         if request.tail_lines:

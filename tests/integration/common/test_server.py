@@ -88,6 +88,30 @@ def test_errors_raised_mid_stream_are_mapped_too(scripted):
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+# GetRunRequest.name (field 1, a string) with a byte that is not UTF-8; then bytes cut short.
+UNDECODABLE = [b"\x0a\x02r\xff", b"\x0a\x05ru"]
+
+
+@pytest.mark.parametrize("raw", UNDECODABLE)
+def test_undecodable_requests_are_invalid_argument(scripted, raw):
+    server, _ = scripted
+    _, metadata, channel = _stub(server.address)
+    unary = channel.unary_unary("/paddleray.trainer.v1.TrainerService/GetRun")
+    with pytest.raises(grpc.RpcError) as caught:
+        unary(raw, metadata=metadata)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith("request: not a valid message")
+    streaming = channel.unary_stream("/paddleray.trainer.v1.TrainerService/WatchRun")
+    with pytest.raises(grpc.RpcError) as caught:
+        list(streaming(raw, metadata=metadata))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # Server reflection (a bidirectional stream; its first field is a string too).
+    both_ways = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+    with pytest.raises(grpc.RpcError) as caught:
+        list(both_ways(iter([raw])))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 @pytest.mark.parametrize("token", [None, "wrong"])
 def test_auth_rejects_missing_or_wrong_token(scripted, token):
     server, _ = scripted

@@ -259,6 +259,20 @@ async def test_backfill_cannot_starve_a_big_job(stack_factory):
         assert (await stack.get("jobs/small-late")).state == J.JOB_STATE_QUEUED
 
 
+async def test_jobs_that_can_never_fit_neither_starve_nor_fill_the_window(stack_factory):
+    """A job larger than the empty cluster once blocked every smaller job after waiting
+    max_backfill_wait_s, and a window's worth of them starved everything behind them."""
+    async with stack_factory(cpus=2, max_backfill_wait_s=0.1, dispatch_window=2) as stack:
+        for i in range(3):
+            await stack.create(make_job(cpus=4, workers=16, priority=10), job_id=f"huge-{i}")
+        await asyncio.sleep(0.3)  # they have waited past max_backfill_wait_s
+        await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small")
+        await _wait_state(stack, "jobs/small", J.JOB_STATE_RUNNING)
+        huge = await stack.get("jobs/huge-0")
+        assert huge.state == J.JOB_STATE_QUEUED
+        assert huge.state_reason == "needs 64 CPUs; the cluster has 2"
+
+
 async def test_backfill_starts_small_jobs_while_a_big_one_has_not_waited_long(stack_factory):
     async with stack_factory(cpus=2) as stack:
         await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small-running")
@@ -288,3 +302,20 @@ async def test_memory_and_tenant_gpu_limits_hold_jobs_back(stack_factory):
         assert (await stack.get("jobs/gpu-1")).state == J.JOB_STATE_QUEUED
         await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/gpu-0"))
         await _wait_state(stack, "jobs/gpu-1", J.JOB_STATE_RUNNING)
+
+
+async def test_get_job_logs_passes_the_trainers_refusals_through(stack_factory):
+    """A bad rank is the caller's mistake (INVALID_ARGUMENT from the trainer), not an outage."""
+    async with stack_factory() as stack:
+        job = await stack.create(make_job(config={"steps": 1}), job_id="bad-rank")
+        await stack.wait_terminal(job.name)
+        with pytest.raises(grpc.aio.AioRpcError) as bad_rank:
+            async for _ in stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name, rank=5)):
+                pass
+        assert bad_rank.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad_rank.value.details().startswith("rank:")
+        stack.fake.runs.clear()  # the trainer forgot the run (a new storage root, say)
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            async for _ in stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name)):
+                pass
+        assert gone.value.code() == grpc.StatusCode.NOT_FOUND

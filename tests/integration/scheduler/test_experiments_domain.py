@@ -223,6 +223,22 @@ async def test_list_is_newest_first_with_stable_pages_and_a_state_filter(sweep):
         await sweep.list(2, "garbage", [])
 
 
+async def test_list_pages_of_large_experiments_end_early_by_bytes(sweep):
+    for i in range(6):
+        experiment = make_experiment(lrs=(0.1,), max_concurrent=1)
+        experiment.trial_template.spec.config.update({"blob": "x" * 900_000})
+        await sweep.create(experiment, f"big-{i}")
+    names, token, pages = [], "", 0
+    while True:
+        page, token = await sweep.list(0, token, [])
+        names += [e.name for e in page]
+        pages += 1
+        if not token:
+            break
+    assert sorted(names) == [f"experiments/big-{i}" for i in range(6)] and len(names) == 6
+    assert pages >= 2
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -239,6 +255,18 @@ async def test_list_is_newest_first_with_stable_pages_and_a_state_filter(sweep):
         (lambda e: e.early_stopping.asha.CopyFrom(experiment_pb2.AshaPolicy(time_attr="epoch", max_t=1,
                                                                           grace_period=1)),
          "experiment.early_stopping.asha.max_t"),
+        (lambda e: e.early_stopping.asha.CopyFrom(experiment_pb2.AshaPolicy(time_attr="epoch", max_t=100,
+                                                                          grace_period=1, reduction_factor=1.000001)),
+         "experiment.early_stopping.asha.reduction_factor"),
+        (lambda e: e.search_space.parameters["optimizer.lr"].CopyFrom(_grid(0.1, float("nan"))),
+         "experiment.search_space.parameters[optimizer.lr].grid.values[1]"),
+        (lambda e: e.search_space.parameters["optimizer.lr"].CopyFrom(experiment_pb2.ParameterDistribution(
+            uniform=experiment_pb2.Uniform(low=-1e308, high=1e308))),
+         "experiment.search_space.parameters[optimizer.lr].uniform"),
+        (lambda e: e.trial_template.spec.config.update({"big": "x" * 900_000}) or setattr(e, "num_samples", 300),
+         "experiment.trial_template.spec.config"),
+        (lambda e: setattr(e.trial_template.spec.runtime_env, "working_dir", "/" + "w" * 5000),
+         "experiment.trial_template.spec.runtime_env.working_dir"),
     ],
 )
 async def test_bad_experiments_are_rejected_naming_the_field(sweep, client, change, field):

@@ -9,6 +9,7 @@ import pytest
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
+from paddleray.services.common import paging
 from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -45,6 +46,53 @@ async def test_bad_input_is_invalid_argument_naming_the_field(stack_factory):
         assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("page_token:")
         code, details = await _code(lambda: stack.stub.WatchJob(js.WatchJobRequest(name="jobs/absent")))
         assert code == grpc.StatusCode.NOT_FOUND
+
+
+def _nested(levels: int) -> job_pb2.Job:
+    job = make_job()
+    node = job.spec.config
+    for _ in range(levels):
+        node = node.fields["a"].struct_value
+    return job
+
+
+def _with(change) -> job_pb2.Job:
+    job = make_job()
+    change(job)
+    return job
+
+
+async def test_specs_the_trainer_could_not_run_are_refused_at_create(stack_factory):
+    """Each of these was accepted, then answered INTERNAL by the trainer at every StartRun retry."""
+    async with stack_factory(dispatch=False) as stack:
+        cases = {
+            "job.spec.config.lr": make_job(config={"lr": float("nan")}),
+            "job.spec.config.a": _nested(30),  # decodes here, but not inside the messages that carry it
+            "job.spec.runtime_env.working_dir": _with(lambda j: setattr(j.spec.runtime_env, "working_dir", "/" + "w" * 5000)),
+            "job.spec.resources_per_worker.num_cpus": make_job(cpus=1.8e305),
+            "job.timeout": _with(lambda j: setattr(j.timeout, "seconds", 2**63 - 1)),
+        }
+        for field, job in cases.items():
+            code, details = await _code(lambda job=job: stack.stub.CreateJob(js.CreateJobRequest(job=job)))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (field, code, details)
+            assert details.startswith(field), (field, details)
+        # Past protobuf's own nesting limit the request is not even decodable (sent as bytes:
+        # the client library refuses to build it).
+        job_bytes = _nested(60).SerializeToString()
+        raw = b"\x0a" + _varint(len(job_bytes)) + job_bytes
+        async with grpc.aio.insecure_channel(stack.address) as channel:
+            create = channel.unary_unary("/paddleray.scheduler.v1.JobService/CreateJob")
+            code, details = await _code(lambda: create(raw))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("request:")
+        assert not (await stack.stub.ListJobs(js.ListJobsRequest())).jobs
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n > 0x7F:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
 
 
 async def test_same_request_id_twice_is_one_job(stack_factory):
@@ -111,6 +159,29 @@ async def test_list_pages_over_grpc(stack_factory):
             if not token:
                 break
         assert names == ["jobs/l4", "jobs/l2", "jobs/l0"]
+
+
+async def test_pages_of_large_jobs_end_early_by_bytes(stack_factory):
+    """70 jobs of ~1 MiB configs made the default page exceed the message limit for everyone."""
+    async with stack_factory(dispatch=False) as stack:
+        for i in range(6):
+            await stack.create(make_job(config={"blob": "x" * 900_000}), job_id=f"big{i}")
+        names, token, pages = [], "", 0
+        while True:
+            response = await stack.stub.ListJobs(js.ListJobsRequest(page_token=token))
+            assert response.ByteSize() <= paging.MAX_PAGE_BYTES + 64 * 1024 or len(response.jobs) == 1
+            names += [j.name for j in response.jobs]
+            pages += 1
+            token = response.next_page_token
+            if not token:
+                break
+        assert names == [f"jobs/big{i}" for i in reversed(range(6))]
+        assert pages >= 2
+        basic = await stack.stub.ListJobs(js.ListJobsRequest(view=job_pb2.JOB_VIEW_BASIC))
+        assert [j.name for j in basic.jobs] == names and not basic.next_page_token
+        assert all(not j.spec.HasField("config") and j.spec.entrypoint for j in basic.jobs)
+        code, details = await _code(lambda: stack.stub.ListJobs(js.ListJobsRequest(view=9)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("view:")
 
 
 async def test_logs_of_a_job_not_started_are_failed_precondition(stack_factory):

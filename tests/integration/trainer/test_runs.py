@@ -104,6 +104,16 @@ def test_allowlist_and_bad_requests(client):
         client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=gpus))
     assert fractional.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert fractional.value.details().startswith("spec.resources_per_worker.num_gpus:")
+    # Once INTERNAL at every StartRun the scheduler retried: now the rules CreateJob applies.
+    nan = client.spec("hello")
+    nan.config.update({"lr": float("nan")})
+    forever = trainer_service_pb2.StartRunRequest(spec=client.spec("hello"))
+    forever.timeout.seconds = 2**63 - 1
+    for request, field in ((trainer_service_pb2.StartRunRequest(spec=nan), "spec.config.lr:"), (forever, "timeout:")):
+        with pytest.raises(grpc.RpcError) as refused:
+            client.stub.StartRun(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith(field)
     with pytest.raises(grpc.RpcError) as missing:
         client.stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/nope"))
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND

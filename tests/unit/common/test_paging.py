@@ -56,3 +56,13 @@ def test_foreign_tokens_are_rejected(token):
         paging.decode_page_token(token, None, rpc="ListJobs")
     assert raised.value.field == "page_token"
     assert "ListJobs" in raised.value.rule
+
+
+def test_a_byte_budget_always_takes_the_first_item_then_only_what_fits():
+    budget = paging.ByteBudget(limit=10)
+    assert budget.take(25), "a page holds at least one item, however large"
+    assert not budget.take(1)
+    budget = paging.ByteBudget(limit=10)
+    assert budget.take(4) and budget.take(6)
+    assert not budget.take(1)
+    assert (budget.used, budget.items) == (10, 2)

@@ -120,6 +120,11 @@ def test_config_from_proto_defaults_the_reduction_factor_and_reads_the_mode():
         ({"max_t": 1}, "experiment.early_stopping.asha.max_t", "> grace_period"),
         ({"reduction_factor": 1.0}, "experiment.early_stopping.asha.reduction_factor", "> 1"),
         ({"reduction_factor": math.inf}, "experiment.early_stopping.asha.reduction_factor", "> 1"),
+        # Rungs without end: 1.000001 froze the scheduler computing them at every report.
+        ({"reduction_factor": 1.000001, "max_t": 100}, "experiment.early_stopping.asha.reduction_factor", "rungs"),
+        ({"reduction_factor": 1.01, "max_t": 10**6}, "experiment.early_stopping.asha.reduction_factor", "rungs"),
+        ({"reduction_factor": 1e9}, "experiment.early_stopping.asha.reduction_factor", "at most"),
+        ({"max_t": 2**62}, "experiment.early_stopping.asha.max_t", "at most"),
     ],
 )
 def test_bad_policies_are_rejected_naming_the_field(policy, field, rule):
@@ -190,3 +195,8 @@ async def test_concurrent_reports_from_several_clients_all_land_in_the_rung(redi
     assert sorted(rungs[1], key=int) == [str(i) for i in range(20)]
     for client in clients:
         await client.aclose()
+
+
+def test_the_bounds_leave_the_rungs_few_and_quick_to_compute():
+    config = asha.config_from_proto(_experiment(reduction_factor=1.2, max_t=10**5, grace_period=1))
+    assert config is not None and len(config.milestones) <= asha.MAX_RUNGS

@@ -168,3 +168,29 @@ def test_bad_spaces_are_rejected_naming_the_field_and_the_rule(exp, field, rule)
         search.expand(exp)
     assert info.value.field == field
     assert rule in info.value.rule
+
+
+@pytest.mark.parametrize(
+    ("distribution", "field", "rule"),
+    [
+        (grid(0.1, math.nan), "experiment.search_space.parameters[lr].grid.values[1]", "finite"),
+        (choice(math.inf), "experiment.search_space.parameters[lr].choice.values[0]", "finite"),
+        # A draw is low + u * (high - low): the width overflowed to infinity.
+        (uniform(-1e308, 1e308), "experiment.search_space.parameters[lr].uniform", "finite"),
+        (randint(0, 2**60), "experiment.search_space.parameters[lr].randint.high", "2**53"),
+    ],
+)
+def test_values_the_trials_could_not_carry_are_rejected(distribution, field, rule):
+    with pytest.raises(InvalidArgument) as info:
+        search.validate(_experiment(lr=distribution))
+    assert info.value.field == field and rule in info.value.rule
+
+
+def test_grid_values_and_parameters_are_bounded():
+    with pytest.raises(InvalidArgument) as info:
+        search.validate(_experiment(lr=grid(*range(search.MAX_VALUES + 1))))
+    assert info.value.field.endswith("grid.values") and "at most" in info.value.rule
+    many = {f"p{i}": choice(1) for i in range(search.MAX_PARAMETERS + 1)}
+    with pytest.raises(InvalidArgument) as info:
+        search.validate(_experiment(**many))
+    assert info.value.field == "experiment.search_space.parameters" and "at most" in info.value.rule

@@ -182,3 +182,39 @@ def test_a_run_active_when_the_trainer_restarted_fails_as_a_trainer_error(tmp_pa
     reloaded = runs.RunRegistry(tmp_path)
     reloaded.load()
     assert reloaded.get("r1").failure.kind == FailureKind.TRAINER_ERROR
+
+
+def test_a_stored_record_that_cannot_be_shown_breaks_neither_loading_nor_listing(tmp_path, caplog):
+    """A run.json with a 2**63 s timeout made ListRuns answer INTERNAL for everyone, restarts too."""
+    from paddleray.services.trainer import convert
+
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record("good"))
+    registry.add(_record("huge", timeout_s=60.0))
+    stored = tmp_path / "runs" / "huge" / "run.json"
+    data = json.loads(stored.read_text())
+    data["timeout_s"] = 2.0**63
+    stored.write_text(json.dumps(data))
+    restarted = runs.RunRegistry(tmp_path)
+    assert restarted.load() == 1
+    assert [r.run_id for r in restarted.all()] == ["good"]
+    assert "skipping unreadable run record" in caplog.text
+    caplog.clear()
+    unshowable = _record("direct", timeout_s=2.0**63)
+    for _ in range(2):
+        assert [r.name for r in convert.runs_shown([unshowable, _record("good")])] == ["runs/good"]
+    assert caplog.text.count("runs/direct") + caplog.text.count("run direct") == 1
+
+
+def test_loading_removes_the_staging_directories_killed_runs_left(tmp_path):
+    registry = runs.RunRegistry(tmp_path)
+    registry.add(_record("killed"))  # active when its trainer was killed
+    registry.add(_record("ended"))
+    registry.transition("ended", RunState.STARTING)
+    registry.transition("ended", RunState.FAILED, "boom", Failure(FailureKind.USER_CODE, "boom"))
+    for run_id in ("killed", "ended"):
+        (tmp_path / "runs" / run_id / "staging" / "rank-0-abc").mkdir(parents=True)
+    stray = tmp_path / "runs" / "not-a-run" / "staging"
+    stray.mkdir(parents=True)  # no run.json: not ours to judge
+    runs.RunRegistry(tmp_path).load()
+    assert sorted(p.parent.name for p in (tmp_path / "runs").glob("*/staging")) == ["not-a-run"]

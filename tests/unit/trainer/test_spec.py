@@ -51,7 +51,7 @@ def test_modules_under_an_allowed_prefix_pass(entrypoint):
         ({"num_workers": -1}, "spec.num_workers"),
         ({"resources_per_worker": common_pb2.Resources(num_cpus=-1)}, "spec.resources_per_worker.num_cpus"),
         ({"resources_per_worker": common_pb2.Resources(memory_bytes=-5)}, "spec.resources_per_worker.memory_bytes"),
-        ({"resources_per_worker": common_pb2.Resources(custom={"GPU": 1})}, "spec.resources_per_worker.custom"),
+        ({"resources_per_worker": common_pb2.Resources(custom={"GPU": 1})}, "spec.resources_per_worker.custom['GPU']"),
         ({"num_workers": 2, "resources_per_worker": common_pb2.Resources(num_gpus=0.5)}, "spec.resources_per_worker.num_gpus"),
         ({"runtime_env": common_pb2.RuntimeEnv(image="img", working_dir="/src")}, "spec.runtime_env.working_dir"),
         ({"runtime_env": common_pb2.RuntimeEnv(working_dir="/no/such/dir")}, "spec.runtime_env.working_dir"),

@@ -28,3 +28,24 @@ async def test_concurrent_retries_of_one_request_make_one_run(tmp_path):
     )
     assert first.run_id == second.run_id
     assert [r.run_id for r in trainer.registry.all()] == [first.run_id]
+
+
+async def test_list_runs_pages_end_early_by_bytes(tmp_path):
+    from paddleray.services.common import paging
+
+    trainer = Trainer(TrainerSettings(storage_root=tmp_path, entrypoint_allowlist=["pkg"]))
+    trainer._spawn = lambda coro: coro.close()
+    trainer.load_runs()
+    trainer.ray_connection.adopt()
+    spec = common_pb2.TrainingSpec(entrypoint="pkg.mod:main")
+    spec.config.update({"blob": "x" * 900_000})
+    for i in range(6):
+        await trainer.start_run(spec, run_id=f"big{i}")
+    seen, token = [], ""
+    while True:
+        page, token = trainer.list_runs(page_token=token)
+        assert len(page) == 1 or sum(r.spec.ByteSize() for r in page) <= paging.MAX_PAGE_BYTES
+        seen += [r.run_id for r in page]
+        if not token:
+            break
+    assert sorted(seen) == [f"big{i}" for i in range(6)] and len(seen) == 6

@@ -24,6 +24,12 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_CANCELLED: _ClassVar[JobState]
     JOB_STATE_TIMED_OUT: _ClassVar[JobState]
     JOB_STATE_EARLY_STOPPED: _ClassVar[JobState]
+
+class JobView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_VIEW_UNSPECIFIED: _ClassVar[JobView]
+    JOB_VIEW_BASIC: _ClassVar[JobView]
+    JOB_VIEW_FULL: _ClassVar[JobView]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_QUEUED: JobState
 JOB_STATE_STARTING: JobState
@@ -34,6 +40,9 @@ JOB_STATE_FAILED: JobState
 JOB_STATE_CANCELLED: JobState
 JOB_STATE_TIMED_OUT: JobState
 JOB_STATE_EARLY_STOPPED: JobState
+JOB_VIEW_UNSPECIFIED: JobView
+JOB_VIEW_BASIC: JobView
+JOB_VIEW_FULL: JobView
 
 class Job(_message.Message):
     __slots__ = ("name", "display_name", "spec", "priority", "tenant", "labels", "retry_policy", "timeout", "experiment", "state", "state_reason", "attempts", "latest_checkpoint", "latest_metrics", "create_time", "start_time", "end_time", "update_time", "trial_parameters", "failure")

@@ -26,7 +26,7 @@ from paddleray.common.v1 import common_pb2 as paddleray_dot_common_dot_v1_dot_co
 from paddleray.scheduler.v1 import job_pb2 as paddleray_dot_scheduler_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(paddleray/scheduler/v1/job_service.proto\x12\x16paddleray.scheduler.v1\x1a paddleray/common/v1/common.proto\x1a paddleray/scheduler/v1/job.proto\"`\n\x10\x43reateJobRequest\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"=\n\x11\x43reateJobResponse\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x0eGetJobResponse\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\"\x82\x02\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x30\n\x06states\x18\x03 \x03(\x0e\x32 .paddleray.scheduler.v1.JobState\x12\x43\n\x06labels\x18\x04 \x03(\x0b\x32\x33.paddleray.scheduler.v1.ListJobsRequest.LabelsEntry\x12\x12\n\nexperiment\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x10ListJobsResponse\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x1b.paddleray.scheduler.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"=\n\x11\x43\x61ncelJobResponse\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\" \n\x10\x44\x65leteJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x13\n\x11\x44\x65leteJobResponse\"7\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"C\n\x10WatchJobResponse\x12/\n\x05\x65vent\x18\x01 \x01(\x0b\x32 .paddleray.scheduler.v1.JobEvent\"r\n\x11GetJobLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x11\n\x04rank\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\ntail_lines\x18\x04 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x05 \x01(\x08\x42\x07\n\x05_rank\"A\n\x12GetJobLogsResponse\x12+\n\x05lines\x18\x01 \x03(\x0b\x32\x1c.paddleray.common.v1.LogLine2\xb2\x05\n\nJobService\x12`\n\tCreateJob\x12(.paddleray.scheduler.v1.CreateJobRequest\x1a).paddleray.scheduler.v1.CreateJobResponse\x12W\n\x06GetJob\x12%.paddleray.scheduler.v1.GetJobRequest\x1a&.paddleray.scheduler.v1.GetJobResponse\x12]\n\x08ListJobs\x12\'.paddleray.scheduler.v1.ListJobsRequest\x1a(.paddleray.scheduler.v1.ListJobsResponse\x12`\n\tCancelJob\x12(.paddleray.scheduler.v1.CancelJobRequest\x1a).paddleray.scheduler.v1.CancelJobResponse\x12`\n\tDeleteJob\x12(.paddleray.scheduler.v1.DeleteJobRequest\x1a).paddleray.scheduler.v1.DeleteJobResponse\x12_\n\x08WatchJob\x12\'.paddleray.scheduler.v1.WatchJobRequest\x1a(.paddleray.scheduler.v1.WatchJobResponse0\x01\x12\x65\n\nGetJobLogs\x12).paddleray.scheduler.v1.GetJobLogsRequest\x1a*.paddleray.scheduler.v1.GetJobLogsResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(paddleray/scheduler/v1/job_service.proto\x12\x16paddleray.scheduler.v1\x1a paddleray/common/v1/common.proto\x1a paddleray/scheduler/v1/job.proto\"`\n\x10\x43reateJobRequest\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"=\n\x11\x43reateJobResponse\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x0eGetJobResponse\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\"\xb1\x02\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x30\n\x06states\x18\x03 \x03(\x0e\x32 .paddleray.scheduler.v1.JobState\x12\x43\n\x06labels\x18\x04 \x03(\x0b\x32\x33.paddleray.scheduler.v1.ListJobsRequest.LabelsEntry\x12\x12\n\nexperiment\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12-\n\x04view\x18\x07 \x01(\x0e\x32\x1f.paddleray.scheduler.v1.JobView\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x10ListJobsResponse\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x1b.paddleray.scheduler.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"=\n\x11\x43\x61ncelJobResponse\x12(\n\x03job\x18\x01 \x01(\x0b\x32\x1b.paddleray.scheduler.v1.Job\" \n\x10\x44\x65leteJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x13\n\x11\x44\x65leteJobResponse\"7\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"C\n\x10WatchJobResponse\x12/\n\x05\x65vent\x18\x01 \x01(\x0b\x32 .paddleray.scheduler.v1.JobEvent\"r\n\x11GetJobLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x11\n\x04rank\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\ntail_lines\x18\x04 \x01(\x05\x12\x0e\n\x06\x66ollow\x18\x05 \x01(\x08\x42\x07\n\x05_rank\"A\n\x12GetJobLogsResponse\x12+\n\x05lines\x18\x01 \x03(\x0b\x32\x1c.paddleray.common.v1.LogLine2\xb2\x05\n\nJobService\x12`\n\tCreateJob\x12(.paddleray.scheduler.v1.CreateJobRequest\x1a).paddleray.scheduler.v1.CreateJobResponse\x12W\n\x06GetJob\x12%.paddleray.scheduler.v1.GetJobRequest\x1a&.paddleray.scheduler.v1.GetJobResponse\x12]\n\x08ListJobs\x12\'.paddleray.scheduler.v1.ListJobsRequest\x1a(.paddleray.scheduler.v1.ListJobsResponse\x12`\n\tCancelJob\x12(.paddleray.scheduler.v1.CancelJobRequest\x1a).paddleray.scheduler.v1.CancelJobResponse\x12`\n\tDeleteJob\x12(.paddleray.scheduler.v1.DeleteJobRequest\x1a).paddleray.scheduler.v1.DeleteJobResponse\x12_\n\x08WatchJob\x12\'.paddleray.scheduler.v1.WatchJobRequest\x1a(.paddleray.scheduler.v1.WatchJobResponse0\x01\x12\x65\n\nGetJobLogs\x12).paddleray.scheduler.v1.GetJobLogsRequest\x1a*.paddleray.scheduler.v1.GetJobLogsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,27 +44,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBRESPONSE']._serialized_start=328
   _globals['_GETJOBRESPONSE']._serialized_end=386
   _globals['_LISTJOBSREQUEST']._serialized_start=389
-  _globals['_LISTJOBSREQUEST']._serialized_end=647
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=602
-  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=647
-  _globals['_LISTJOBSRESPONSE']._serialized_start=649
-  _globals['_LISTJOBSRESPONSE']._serialized_end=735
-  _globals['_CANCELJOBREQUEST']._serialized_start=737
-  _globals['_CANCELJOBREQUEST']._serialized_end=785
-  _globals['_CANCELJOBRESPONSE']._serialized_start=787
-  _globals['_CANCELJOBRESPONSE']._serialized_end=848
-  _globals['_DELETEJOBREQUEST']._serialized_start=850
-  _globals['_DELETEJOBREQUEST']._serialized_end=882
-  _globals['_DELETEJOBRESPONSE']._serialized_start=884
-  _globals['_DELETEJOBRESPONSE']._serialized_end=903
-  _globals['_WATCHJOBREQUEST']._serialized_start=905
-  _globals['_WATCHJOBREQUEST']._serialized_end=960
-  _globals['_WATCHJOBRESPONSE']._serialized_start=962
-  _globals['_WATCHJOBRESPONSE']._serialized_end=1029
-  _globals['_GETJOBLOGSREQUEST']._serialized_start=1031
-  _globals['_GETJOBLOGSREQUEST']._serialized_end=1145
-  _globals['_GETJOBLOGSRESPONSE']._serialized_start=1147
-  _globals['_GETJOBLOGSRESPONSE']._serialized_end=1212
-  _globals['_JOBSERVICE']._serialized_start=1215
-  _globals['_JOBSERVICE']._serialized_end=1905
+  _globals['_LISTJOBSREQUEST']._serialized_end=694
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_start=649
+  _globals['_LISTJOBSREQUEST_LABELSENTRY']._serialized_end=694
+  _globals['_LISTJOBSRESPONSE']._serialized_start=696
+  _globals['_LISTJOBSRESPONSE']._serialized_end=782
+  _globals['_CANCELJOBREQUEST']._serialized_start=784
+  _globals['_CANCELJOBREQUEST']._serialized_end=832
+  _globals['_CANCELJOBRESPONSE']._serialized_start=834
+  _globals['_CANCELJOBRESPONSE']._serialized_end=895
+  _globals['_DELETEJOBREQUEST']._serialized_start=897
+  _globals['_DELETEJOBREQUEST']._serialized_end=929
+  _globals['_DELETEJOBRESPONSE']._serialized_start=931
+  _globals['_DELETEJOBRESPONSE']._serialized_end=950
+  _globals['_WATCHJOBREQUEST']._serialized_start=952
+  _globals['_WATCHJOBREQUEST']._serialized_end=1007
+  _globals['_WATCHJOBRESPONSE']._serialized_start=1009
+  _globals['_WATCHJOBRESPONSE']._serialized_end=1076
+  _globals['_GETJOBLOGSREQUEST']._serialized_start=1078
+  _globals['_GETJOBLOGSREQUEST']._serialized_end=1192
+  _globals['_GETJOBLOGSRESPONSE']._serialized_start=1194
+  _globals['_GETJOBLOGSRESPONSE']._serialized_end=1259
+  _globals['_JOBSERVICE']._serialized_start=1262
+  _globals['_JOBSERVICE']._serialized_end=1952
 # @@protoc_insertion_point(module_scope)

@@ -37,7 +37,7 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "states", "labels", "experiment", "tenant")
+    __slots__ = ("page_size", "page_token", "states", "labels", "experiment", "tenant", "view")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -51,13 +51,15 @@ class ListJobsRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENT_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     states: _containers.RepeatedScalarFieldContainer[_job_pb2.JobState]
     labels: _containers.ScalarMap[str, str]
     experiment: str
     tenant: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_job_pb2.JobState, str]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., experiment: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    view: _job_pb2.JobView
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_job_pb2.JobState, str]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., experiment: _Optional[str] = ..., tenant: _Optional[str] = ..., view: _Optional[_Union[_job_pb2.JobView, str]] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

@@ -105,9 +105,11 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Lists jobs, newest first, filtered. Pages stay stable while jobs are created.
-        Errors: INVALID_ARGUMENT for a negative page_size, a bad filter, or a page_token not from a
-        previous response with the same filters.
+        """Lists jobs, newest first, filtered. Pages stay stable while jobs are created. A page holds
+        at most page_size jobs and ends early (with a next_page_token) once its jobs reach 4 MiB;
+        view BASIC leaves the configs out, so more jobs fit a page.
+        Errors: INVALID_ARGUMENT for a negative page_size, a bad filter, an unknown view, or a
+        page_token not from a previous response with the same filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
