@@ -17,6 +17,7 @@ import grpc
 
 from paddleray.services.client.config import ConnectionConfig
 from paddleray.services.client.errors import ConfigError
+from paddleray.services.common.channels import open_blocking_channel
 
 RETRY_POLICY = {
     "maxAttempts": 5,
@@ -60,53 +61,20 @@ def _read(path: str, what: str) -> bytes:
         raise ConfigError(f"{what} {path}: {error.strerror}") from None
 
 
-class _Auth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamUnaryClientInterceptor):
-    """Adds `authorization: Bearer <token>` to every call (also on plaintext channels, where
-    gRPC refuses call credentials: the local stack and tests run without TLS)."""
-
-    def __init__(self, token: str) -> None:
-        self._metadata = ("authorization", f"Bearer {token}")
-
-    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        metadata = [*(details.metadata or ()), self._metadata]
-        return _CallDetails(details.method, details.timeout, metadata, details.credentials,
-                            details.wait_for_ready, details.compression)
-
-    def intercept_unary_unary(self, continuation, client_call_details, request):
-        return continuation(self._details(client_call_details), request)
-
-    def intercept_unary_stream(self, continuation, client_call_details, request):
-        return continuation(self._details(client_call_details), request)
-
-    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
-        return continuation(self._details(client_call_details), request_iterator)
-
-
-class _CallDetails(grpc.ClientCallDetails):
-    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression) -> None:
-        self.method = method
-        self.timeout = timeout
-        self.metadata = metadata
-        self.credentials = credentials
-        self.wait_for_ready = wait_for_ready
-        self.compression = compression
-
-
 def open_channel(address: str, config: ConnectionConfig) -> grpc.Channel:
-    """A channel to address with config's TLS and token."""
-    options = _options()
-    if config.tls is None:
-        channel = grpc.insecure_channel(address, options=options)
-    else:
-        tls = config.tls
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=_read(tls.ca, "TLS CA file") if tls.ca else None,
-            private_key=_read(tls.key, "TLS key file") if tls.key else None,
-            certificate_chain=_read(tls.cert, "TLS certificate file") if tls.cert else None,
-        )
-        if tls.server_name:
-            options.append(("grpc.ssl_target_name_override", tls.server_name))
-        channel = grpc.secure_channel(address, credentials, options=options)
-    if config.token:
-        channel = grpc.intercept_channel(channel, _Auth(config.token))
-    return channel
+    """A channel to address with config's TLS and token (common.channels dials; this adds the
+    SDK's retry and message-size options and reads the configured files with clear errors)."""
+    tls = config.tls
+    if tls is None:
+        return open_blocking_channel(address, token=config.token or None, options=_options())
+    if bool(tls.cert) != bool(tls.key):
+        raise ConfigError("a TLS client certificate and its key go together: give both or neither")
+    return open_blocking_channel(
+        address,
+        tls_ca=_read(tls.ca, "TLS CA file") if tls.ca else None,
+        client_cert=(_read(tls.cert, "TLS certificate file"), _read(tls.key, "TLS key file")) if tls.cert else None,
+        token=config.token or None,
+        tls=True,
+        server_name=tls.server_name or None,
+        options=_options(),
+    )

@@ -51,7 +51,8 @@ def server_credentials(cert_file: Path, key_file: Path, client_ca_file: Path | N
 
 def _options(options: Sequence[tuple[str, Any]], server_name: str | None) -> list[tuple[str, Any]]:
     extra = [("grpc.ssl_target_name_override", server_name)] if server_name else []
-    return [*KEEPALIVE, *options, *extra]
+    given = {key for key, _ in options}
+    return [*(o for o in KEEPALIVE if o[0] not in given), *options, *extra]
 
 
 def _uses_tls(tls: bool | None, tls_ca: PemSource | None, client_cert: object) -> bool:
