@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
-from paddleray.services.common import entrypoints, errors, names
+from paddleray.services.common import entrypoints, errors, names, training_spec
 from paddleray.services.exporter import datatypes
 from paddleray.services.scheduler.validation import validate_labels
 
@@ -28,7 +28,6 @@ _FORMATS: dict[int, str] = {model_pb2.EXPORT_FORMAT_PADDLE_INFERENCE: "paddle", 
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_REQUEST_ID = 128
 MAX_DISPLAY_NAME = 256
-MAX_CONFIG_BYTES = 1 << 20
 DEFAULT_TOLERANCE = 1e-5
 
 
@@ -72,8 +71,8 @@ def export_spec(request: es.ExportModelRequest, allowlist: Sequence[str], storag
             raise errors.InvalidArgument("model_builder", "is required when exporting a checkpoint_uri (no job to take it from)")
     if request.model_builder:
         check_builder(request.model_builder, allowlist)
-    if request.model_config.ByteSize() > MAX_CONFIG_BYTES:
-        raise errors.InvalidArgument("model_config", "must be at most 1 MiB serialized")
+    # The builder gets it as a training job's config: the same rules (size, depth, finite numbers).
+    training_spec.validate_config(request.model_config, "model_config")
     if len(request.request_id) > MAX_REQUEST_ID:
         raise errors.InvalidArgument("request_id", f"must be at most {MAX_REQUEST_ID} characters")
     if len(request.display_name) > MAX_DISPLAY_NAME:

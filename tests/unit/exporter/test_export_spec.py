@@ -1,0 +1,42 @@
+"""ExportModel's request rules that need no store or cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddleray.exporter.v1 import exporter_service_pb2 as es
+from paddleray.services.common import errors
+from paddleray.services.exporter.export_spec import export_spec
+from paddleray.services.trainer.checkpoints import CheckpointStore
+
+ALLOW = ["pkg"]
+
+
+def _request(config: dict, storage_root) -> es.ExportModelRequest:
+    staged = storage_root / "staged"
+    staged.mkdir(exist_ok=True)
+    checkpoint = CheckpointStore(storage_root / "checkpoints" / "c").commit(staged, step=0, epoch=1, metrics={})
+    request = es.ExportModelRequest(parent="models/m", checkpoint_uri=str(checkpoint.path), model_builder="pkg.model:build")
+    request.model_config.update(config)
+    return request
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    ({"lr": float("nan")}, "model_config.lr"),
+    ({"layers": [1.0, float("inf")]}, "model_config.layers[1]"),
+])
+def test_a_model_config_follows_the_training_config_rules(config, field, tmp_path):
+    with pytest.raises(errors.InvalidArgument) as caught:
+        export_spec(_request(config, tmp_path), ALLOW, tmp_path)
+    assert caught.value.field == field
+
+
+def test_a_model_config_nested_too_deep_is_refused(tmp_path):
+    config: dict = {}
+    node = config
+    for _ in range(30):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(errors.InvalidArgument) as caught:
+        export_spec(_request(config, tmp_path), ALLOW, tmp_path)
+    assert caught.value.field.startswith("model_config.x") and "nested" in str(caught.value)
