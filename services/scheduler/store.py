@@ -242,18 +242,33 @@ class JobStore:
     # -- events -------------------------------------------------------------------------------
 
     async def events_after(self, job_id: str, after: int, block_ms: int | None = None) -> list[job_pb2.JobEvent]:
-        """Events with a sequence above `after`, waiting up to block_ms for one when given."""
-        if block_ms is None:
-            entries = await self.redis.xrange(keys.events(job_id), f"({after}-1", "+", count=500)
-        else:
-            streams = await self.redis.xread({keys.events(job_id): f"{after}-1"}, count=500, block=block_ms)
-            entries = streams[0][1] if streams else []
-        return [_event(entry_id, data) for entry_id, data in entries]
+        """Events with a sequence above `after`, waiting up to block_ms for one when given.
+
+        A job with one event keeps it in its hash ("e1", see create_job.lua) and has no stream
+        yet: read together in one transaction, so the move to the stream is never missed.
+        """
+        first, entries = await self._first_and_entries(job_id, f"({after}-1", 500)
+        if first is not None and after < 1:
+            return [_event(b"1-1", {b"e": first})]
+        if entries or block_ms is None:
+            return [_event(entry_id, data) for entry_id, data in entries]
+        # XREAD of a stream that does not exist yet waits for its creation (the second event).
+        streams = await self.redis.xread({keys.events(job_id): f"{after}-1"}, count=500, block=block_ms)
+        return [_event(entry_id, data) for entry_id, data in (streams[0][1] if streams else [])]
 
     async def first_sequence(self, job_id: str) -> int:
         """Oldest sequence still kept (0 when there is none)."""
-        entries = await self.redis.xrange(keys.events(job_id), "-", "+", count=1)
+        first, entries = await self._first_and_entries(job_id, "-", 1)
+        if first is not None:
+            return 1
         return int(entries[0][0].split(b"-")[0]) if entries else 0
+
+    async def _first_and_entries(self, job_id: str, start: str, count: int) -> tuple[bytes | None, list]:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(keys.job(job_id), "e1")
+            pipe.xrange(keys.events(job_id), start, "+", count=count)
+            first, entries = await pipe.execute()
+        return first, entries
 
     # -- dispatch support ------------------------------------------------------------------
 

@@ -49,5 +49,11 @@ redis.call("HINCRBY", KEYS[7], "gpu_m", gpu)
 redis.call("HINCRBY", KEYS[7], "mem", mem)
 redis.call("HINCRBY", KEYS[8], "jobs", 1)
 redis.call("HINCRBY", KEYS[8], "gpu_m", gpu)
+-- The first event moves from the hash into the stream before the stream's first append.
+local first = redis.call("HGET", KEYS[1], "e1")
+if first then
+  redis.call("XADD", KEYS[2], "MAXLEN", ARGV[11], "1-1", "e", first)
+  redis.call("HDEL", KEYS[1], "e1")
+end
 redis.call("XADD", KEYS[2], "MAXLEN", ARGV[11], seq .. "-1", "e", ARGV[12])
 return {"ok", version, seq}

@@ -1,6 +1,9 @@
 -- Creates a job in one round trip: request_id dedupe, record, indexes, queue, first event.
+-- The first event waits in the job hash (field "e1"); the events stream is created with the
+-- second event, which moves it there first (claim_job.lua, update_job.lua). A Redis stream
+-- preallocates its head node (stream-node-max-bytes, 4 KB), which made a queued job cost 6.5 KB.
 -- KEYS[1] request key (ignored unless ARGV[13] == "1")   KEYS[2] job hash
--- KEYS[3] events stream   KEYS[4] time index   KEYS[5] tenant index
+-- KEYS[3] events stream (not written here)   KEYS[4] time index   KEYS[5] tenant index
 -- KEYS[6] experiment index (ignored when ARGV[6] == "")   KEYS[7] QUEUED state set   KEYS[8] queue
 -- ARGV: 1 job id, 2 Job proto, 3 index member, 4 queue score, 5 tenant, 6 experiment,
 --       7 cpu_m, 8 gpu_m, 9 memory bytes (whole job), 10 first JobEvent, 11 events cap,
@@ -26,7 +29,7 @@ end
 redis.call("HSET", KEYS[2], "id", ARGV[1], "proto", ARGV[2], "version", 1, "state", ARGV[15],
   "seq", 1, "member", ARGV[3], "score", ARGV[4], "tenant", ARGV[5], "experiment", ARGV[6],
   "cpu_m", ARGV[7], "gpu_m", ARGV[8], "mem", ARGV[9], "owner", "", "run_seq", 0,
-  "stop_intent", "", "stop_reason", "")
+  "stop_intent", "", "stop_reason", "", "e1", ARGV[10])
 redis.call("ZADD", KEYS[4], 0, ARGV[3])
 redis.call("ZADD", KEYS[5], 0, ARGV[3])
 if ARGV[6] ~= "" then
@@ -34,7 +37,6 @@ if ARGV[6] ~= "" then
 end
 redis.call("SADD", KEYS[7], ARGV[1])
 redis.call("ZADD", KEYS[8], ARGV[4], ARGV[1])
-redis.call("XADD", KEYS[3], "MAXLEN", ARGV[11], "1-1", "e", ARGV[10])
 if ARGV[13] == "1" then
   redis.call("SET", KEYS[1], ARGV[1], "EX", ARGV[12])
 end

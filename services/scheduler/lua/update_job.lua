@@ -30,6 +30,14 @@ if KEYS[3] ~= KEYS[4] then
   redis.call("SADD", KEYS[4], id)
 end
 local n = tonumber(ARGV[6])
+if n > 0 then
+  -- The first event moves from the hash into the stream before the stream's first append.
+  local first = redis.call("HGET", KEYS[1], "e1")
+  if first then
+    redis.call("XADD", KEYS[2], "MAXLEN", ARGV[5], "1-1", "e", first)
+    redis.call("HDEL", KEYS[1], "e1")
+  end
+end
 for i = 1, n do
   seq = seq + 1
   redis.call("XADD", KEYS[2], "MAXLEN", ARGV[5], seq .. "-1", "e", ARGV[6 + i])

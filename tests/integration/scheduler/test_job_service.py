@@ -191,3 +191,35 @@ async def test_logs_of_a_job_not_started_are_failed_precondition(stack_factory):
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "not started" in details
         code, details = await _code(lambda: stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name, attempt=-1)))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("attempt:")
+
+
+async def test_a_queued_job_has_no_events_stream_yet_and_watchers_see_every_event(stack_factory, redis_url):
+    # A Redis stream preallocates 4 KB for its first event: a queued job keeps its one event in
+    # its hash (docs/scaling.md), and the stream appears with the second event.
+    import redis.asyncio as aioredis
+
+    from paddleray.services.scheduler import keys
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async with stack_factory(dispatch=False) as stack:
+            job = await stack.create(make_job(), job_id="queued")
+            assert not await client.exists(keys.events("queued"))
+            from_start = stack.stub.WatchJob(js.WatchJobRequest(name=job.name))
+            first = (await asyncio.wait_for(anext(aiter(from_start)), 10)).event
+            from_start.cancel()
+            assert first.sequence == 1 and first.state_change.to_state == J.JOB_STATE_QUEUED
+            # A watcher waiting after the first event gets the second when it comes.
+            stream = stack.stub.WatchJob(js.WatchJobRequest(name=job.name, after_sequence=1))
+            waiting = asyncio.ensure_future(anext(aiter(stream)))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await stack.stub.CancelJob(js.CancelJobRequest(name=job.name))
+            second = (await asyncio.wait_for(waiting, 10)).event
+            stream.cancel()
+            assert second.sequence == 2 and second.state_change.to_state == J.JOB_STATE_CANCELLED
+            assert await client.exists(keys.events("queued"))
+            assert not await client.hexists(keys.job("queued"), "e1")
+            assert [e.sequence for e in await stack.events(job.name)] == [1, 2]
+    finally:
+        await client.aclose()
