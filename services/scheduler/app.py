@@ -6,6 +6,7 @@ Built inside the event loop (grpc.aio channels bind to the loop that creates the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 
 import redis.asyncio as aioredis
@@ -17,6 +18,7 @@ from paddleray.services.scheduler.experiments import ExperimentManager
 from paddleray.services.scheduler.job_inputs import JobInputs
 from paddleray.services.scheduler.job_logs import JobLogs
 from paddleray.services.scheduler.jobs import JobManager
+from paddleray.services.scheduler.package_gc import PackageCollector
 from paddleray.services.scheduler.packages import PackageStore
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import JobStore
@@ -33,6 +35,9 @@ class SchedulerApp:
         self.store_health = StoreHealth(self.redis, settings.store_check_interval_s)
         self.store = JobStore(self.redis, events_cap=settings.events_cap)
         self.packages = PackageStore(settings.storage_root, settings.package_max_bytes)
+        self.package_collector = PackageCollector(self.packages, self.store, settings.package_retention_s,
+                                                  settings.package_gc_interval_s)
+        self._collecting: asyncio.Task | None = None
         self.inputs = JobInputs(self.packages, self.store, settings.storage_root, settings.entrypoint_allowlist)
         client_cert = None
         if settings.trainer_tls_cert_file is not None and settings.trainer_tls_key_file is not None:
@@ -55,11 +60,16 @@ class SchedulerApp:
         # Known before the loops start, so that an unreachable store is reported (once) as such.
         await self.store_health.refresh()
         await asyncio.to_thread(self.packages.remove_stale_uploads)
+        self._collecting = asyncio.create_task(self.package_collector.run(), name="package-gc")
         if self.settings.dispatch:
             await self.dispatcher.start()
         self.experiments.start()
 
     async def stop(self) -> None:
+        if self._collecting is not None:
+            self._collecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._collecting
         await self.experiments.stop()
         await self.dispatcher.stop()
         await self.trainer.close()

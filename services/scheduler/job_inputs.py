@@ -50,6 +50,8 @@ class JobInputs:
                     f"{where}: package {working_dir} is not stored on this scheduler (upload it first)"
                 )
             packages.check_no_shadowing(files, sys.modules, where)
+            # Named by a new job (or trial): kept a whole retention period from now (package_gc.py).
+            await asyncio.to_thread(self.packages.touch, digest)
         entrypoints.check_entrypoint(spec.entrypoint, self.allowlist, files, f"{field}.entrypoint")
         if not spec.HasField("init_from"):
             return spec  # CreateJob's common case: no copy

@@ -6,6 +6,10 @@ inside it, then fsynced and renamed into place (and the directory entry fsynced)
 package that was acknowledged survives a crash and a half-written one is never seen under
 its name. Packages are content-addressed and immutable: two uploads of the same content
 rename identical bytes onto one name, and nothing ever rewrites a stored package.
+
+A package's modification time is when it was last uploaded or named by a new job (`touch`);
+`collect` removes those not used for the retention period that no unfinished job names
+(package_gc.py decides which are named).
 """
 
 from __future__ import annotations
@@ -56,6 +60,41 @@ class PackageStore:
     def path(self, digest: str) -> Path:
         return packages.zip_path(self.storage_root, digest)
 
+    def touch(self, digest: str) -> None:
+        """Marks a package used now (a job names it): it is kept a whole retention period more."""
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self.path(digest))
+
+    def stored(self) -> dict[str, float]:
+        """Digest -> last use (modification time) of every stored package."""
+        found = {}
+        for path in self.directory.glob("sha256-*.zip"):
+            digest = path.name.removeprefix("sha256-").removesuffix(".zip")
+            if packages.valid_digest(digest):
+                with contextlib.suppress(FileNotFoundError):
+                    found[digest] = path.stat().st_mtime
+        return found
+
+    def collect(self, in_use: set[str], retention_s: float, now: float | None = None) -> list[str]:
+        """Removes packages unused for retention_s that are not in_use; returns their digests.
+
+        The time is read again just before each removal: a job that named the package since
+        `stored()` was read has touched it, and it stays.
+        """
+        now = time.time() if now is None else now
+        removed = []
+        for digest in self.stored():
+            if digest in in_use:
+                continue
+            path = self.path(digest)
+            with contextlib.suppress(FileNotFoundError):
+                if now - path.stat().st_mtime >= retention_s:
+                    path.unlink()
+                    removed.append(digest)
+                    log.info("removed package sha256-%s: unused for %.0f s and named by no unfinished job",
+                             digest, retention_s)
+        return removed
+
     async def get(self, name: str) -> pb.Package:
         digest = packages.digest_from_name(name)
         package = await asyncio.to_thread(self._describe, digest)
@@ -77,6 +116,7 @@ class PackageStore:
             raise errors.InvalidArgument("header", "the first message of an upload must carry the header")
         digest, size = self._check_header(first.header)
         if (stored := await asyncio.to_thread(self._describe, digest)) is not None:
+            await asyncio.to_thread(self.touch, digest)  # uploaded again: in use
             return stored
         await asyncio.to_thread(self.directory.mkdir, parents=True, exist_ok=True)
         tmp = self.directory / f"{_TMP_PREFIX}{uuid.uuid4().hex}.zip"
@@ -88,7 +128,7 @@ class PackageStore:
             tmp.unlink(missing_ok=True)
         log.info("stored package sha256-%s (%d bytes)", digest, size)
         package = await asyncio.to_thread(self._describe, digest)
-        assert package is not None  # just renamed into place; packages are never deleted
+        assert package is not None  # just renamed into place (and too new to be collected)
         return package
 
     def _check_header(self, header: pb.PackageHeader) -> tuple[str, int]:

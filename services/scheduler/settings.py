@@ -84,6 +84,12 @@ class SchedulerSettings(ServiceSettings):
         100 * 1024 * 1024, gt=0, description="Largest code package (zip) UploadPackage accepts, in bytes."
     )
 
+    package_retention_s: float = Field(
+        7 * 24 * 3600, ge=0, description="Stored packages unused this long (not uploaded, and named by no new job) "
+        "and named by no unfinished job are removed; 0 keeps them forever.",
+    )
+    package_gc_interval_s: float = Field(3600, gt=0, description="Seconds between passes of the package collector.")
+
     def limits_for(self, tenant: str) -> TenantLimits:
         return self.tenant_limits.get(tenant, self.default_tenant_limits)
 

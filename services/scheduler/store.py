@@ -311,6 +311,13 @@ class JobStore:
         now = now_ms()
         return bool(await self._take(keys=[keys.leases(), keys.job(job_id)], args=[job_id, owner, now, now + lease_ms]))
 
+    async def ids_in_states(self, job_states: list[int]) -> list[str]:
+        """Ids of the jobs now in any of these states."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for state in job_states:
+                pipe.smembers(keys.state_set(state))
+            return sorted(m.decode() for members in await pipe.execute() for m in members)
+
     async def count_by_state(self) -> dict[int, int]:
         async with self.redis.pipeline(transaction=False) as pipe:
             for state in J.values():

@@ -141,16 +141,18 @@ async def ready_version(store, storage_root: Path, model_id: str, backends=("pad
 class ExporterProcess:
     """`python -m paddleray.services.exporter` as a child process, killable with SIGKILL."""
 
-    def __init__(self, redis_url: str, ray_address: str, storage_root: Path, log_dir: Path, **settings) -> None:
-        # Port 0, read back from the ready file: a port chosen here could be taken before the
-        # child binds it.
+    def __init__(self, redis_url: str, ray_address: str, storage_root: Path, log_dir: Path, port: int = 0,
+                 **settings) -> None:
+        """Port 0 (the default) is read back from the ready file: a port chosen here could be
+        taken before the child binds it. The ready file comes once start-up is done, though,
+        so a test of the start-up window (a dependency down) gives a port of its own."""
         name = f"exporter-{uuid.uuid4().hex[:8]}"
         self.log = log_dir / f"{name}.log"
         self.ready_file = log_dir / f"{name}.ready.json"
-        self._address: str | None = None
+        self._address: str | None = f"127.0.0.1:{port}" if port else None
         env = {
             **os.environ,
-            "PADDLERAY_EXPORTER_PORT": "0",
+            "PADDLERAY_EXPORTER_PORT": str(port),
             "PADDLERAY_EXPORTER_READY_FILE": str(self.ready_file),
             "PADDLERAY_EXPORTER_REDIS_URL": redis_url,
             "PADDLERAY_EXPORTER_RAY_ADDRESS": ray_address,

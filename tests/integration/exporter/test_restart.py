@@ -53,7 +53,7 @@ def test_an_exporter_killed_mid_export_leaves_the_version_failed_not_exporting(p
 
 def test_the_exporter_is_not_serving_while_redis_is_unreachable(ray_head, tmp_path):
     dead_redis = f"redis://127.0.0.1:{free_port()}/0"
-    process = ExporterProcess(dead_redis, ray_head.address, tmp_path / "storage", tmp_path)
+    process = ExporterProcess(dead_redis, ray_head.address, tmp_path / "storage", tmp_path, port=free_port())
     try:
         wait_until(lambda: _health_answers(process), timeout=120, interval=0.2, message="the exporter's health server")
         assert not serving(process.address)
@@ -79,7 +79,7 @@ def _health_answers(process: ExporterProcess) -> bool:
 
 
 def test_the_exporter_is_not_serving_and_exports_nothing_while_ray_is_unreachable(redis_url, tmp_path):
-    process = ExporterProcess(redis_url, f"127.0.0.1:{free_port()}", tmp_path / "storage", tmp_path)
+    process = ExporterProcess(redis_url, f"127.0.0.1:{free_port()}", tmp_path / "storage", tmp_path, port=free_port())
     try:
         wait_until(lambda: _health_answers(process), timeout=120, interval=0.2, message="the exporter's health server")
         assert not serving(process.address)

@@ -269,3 +269,40 @@ def test_stale_upload_files_are_removed(tmp_path):
     os.utime(kept, (time.time() - 7200, time.time() - 7200))
     assert store.remove_stale_uploads() == 1
     assert sorted(p.name for p in store.directory.iterdir()) == sorted([fresh.name, kept.name])
+
+
+async def test_unused_packages_are_collected_unless_an_unfinished_job_names_them(stack_factory, tmp_path):
+    a, b, c = (_project(tmp_path / name, version) for name, version in (("a", 1), ("b", 2), ("c", 3)))
+    async with stack_factory(storage_root=tmp_path / "storage", dispatch=False) as stack:
+        queued_uri, done_uri, fresh_uri = [await asyncio.to_thread(_upload, stack.address, p) for p in (a, b, c)]
+        queued = await stack.create(_package_job(queued_uri))
+        finished = await stack.create(_package_job(done_uri))
+        await stack.stub.CancelJob(js.CancelJobRequest(name=finished.name))
+        store = stack.app.packages
+        digest = {uri: packages.digest_from_uri(uri, "uri") for uri in (queued_uri, done_uri, fresh_uri)}
+        # Last used two weeks ago, except `fresh` (uploaded just now, named by no job yet).
+        old = time.time() - 14 * 24 * 3600
+        for uri in (queued_uri, done_uri):
+            os.utime(store.path(digest[uri]), (old, old))
+
+        removed = await stack.app.package_collector.collect_once()
+        assert removed == [digest[done_uri]]  # its only job has finished
+        assert store.path(digest[queued_uri]).exists() and store.path(digest[fresh_uri]).exists()
+        assert (await stack.stub.GetJob(js.GetJobRequest(name=queued.name))).job.state == job_pb2.JOB_STATE_QUEUED
+        # A collected package is gone as far as new jobs go: upload it again.
+        with pytest.raises(aio.AioRpcError) as refused:
+            await stack.create(_package_job(done_uri))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        # Naming a package in a new job keeps it a whole retention period more.
+        os.utime(store.path(digest[queued_uri]), (old, old))
+        await stack.create(_package_job(queued_uri))
+        assert time.time() - store.path(digest[queued_uri]).stat().st_mtime < 60
+
+
+async def test_a_zero_retention_keeps_every_package(stack_factory, tmp_path):
+    async with stack_factory(storage_root=tmp_path / "storage", dispatch=False, package_retention_s=0) as stack:
+        uri = await asyncio.to_thread(_upload, stack.address, _project(tmp_path / "p"))
+        path = stack.app.packages.path(packages.digest_from_uri(uri, "uri"))
+        os.utime(path, (0, 0))
+        assert await stack.app.package_collector.collect_once() == []
+        assert path.exists()
