@@ -282,6 +282,13 @@ async def test_what_another_tenant_is_told(redis_url, tmp_path):
                                                                     request_id="export-1"),
                                               metadata=metadata(MEMBER_B)))
         assert reused.code() == C.ALREADY_EXISTS and "a-new" not in reused.details()
+        # An admin may name a tenant for a new model, not move an existing one to another.
+        moved = await error(stub.ExportModel(es.ExportModelRequest(parent="models/a-model", job=a_job, tenant="team-b"),
+                                             metadata=metadata(ADMIN)))
+        assert moved.code() == C.INVALID_ARGUMENT and moved.details().startswith("tenant")
+        watched = [r.model_version async for r in stub.WatchModelVersion(
+            es.WatchModelVersionRequest(name=first.name), metadata=metadata(MEMBER_A))]
+        assert watched and {v.tenant for v in watched} == {"team-a"}
         # Records written before tenants existed are the default tenant's.
         raw = aioredis.Redis.from_url(redis_url)
         try:
