@@ -6,6 +6,10 @@ by every write (user changes and the reconciler's status writes compare-and-set 
 keys.serving_names). Each version a deployment's traffic names holds the deployment's id in
 keys.version_deployments, so that the version cannot be deleted while it is served; the
 scripts that write a deployment move those references in the same step.
+
+A deployment's tenant is Deployment.tenant in its proto (the tenant of the model it serves);
+the create and update scripts refuse versions of another tenant as missing. Deployments
+recorded before tenants existed have none: they are DEFAULT_TENANT's (filled in on read).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
+from paddleray.services.common.identity import DEFAULT_TENANT
 from paddleray.services.exporter import keys
 from paddleray.services.exporter.store import script
 
@@ -71,7 +76,8 @@ class DeploymentStore:
             keys=[keys.deployment_request(request_id), keys.deployment(deployment_id), keys.deployments_by_time(),
                   keys.serving_names(), *version_hashes, *version_sets],
             args=[deployment_id, deployment.SerializeToString(), member, deployment.serving_name, self.request_ttl_s,
-                  "1" if request_id else "0", keys.deployment_prefix(), len(targets), _READY],
+                  "1" if request_id else "0", keys.deployment_prefix(), len(targets), _READY,
+                  deployment.tenant or DEFAULT_TENANT],
         )
         status = result[0].decode()
         if status == "created":
@@ -85,7 +91,7 @@ class DeploymentStore:
         proto, gen = await self.redis.hmget(keys.deployment(deployment_id), ("proto", "gen"))
         if proto is None:
             return None
-        return DeploymentRecord(deployment_pb2.Deployment.FromString(proto), int(gen))
+        return DeploymentRecord(_deployment(proto), int(gen))
 
     async def update(
         self, record: DeploymentRecord, deployment: deployment_pb2.Deployment, targets: list[tuple[str, int]],
@@ -96,7 +102,8 @@ class DeploymentStore:
         _, old_sets = version_keys(deployment, previous)
         result = await self._update(
             keys=[keys.deployment(record.deployment_id), *version_hashes, *version_sets, *old_sets],
-            args=[record.gen, deployment.SerializeToString(), record.deployment_id, len(targets), _READY],
+            args=[record.gen, deployment.SerializeToString(), record.deployment_id, len(targets), _READY,
+                  deployment.tenant or DEFAULT_TENANT],
         )
         if result[0] == b"ok":
             gen = int(result[1])
@@ -138,9 +145,14 @@ class DeploymentStore:
             for member in members:
                 pipe.hmget(keys.deployment(member.decode().split(":", 1)[1]), ("proto", "gen"))
             rows = await pipe.execute()
-        records = [DeploymentRecord(deployment_pb2.Deployment.FromString(p), int(g)) if p is not None else None
-                   for p, g in rows]
+        records = [DeploymentRecord(_deployment(p), int(g)) if p is not None else None for p, g in rows]
         return records if keep_missing else [r for r in records if r is not None]
+
+
+def _deployment(proto: bytes) -> deployment_pb2.Deployment:
+    deployment = deployment_pb2.Deployment.FromString(proto)
+    deployment.tenant = deployment.tenant or DEFAULT_TENANT
+    return deployment
 
 
 def _failure(status: str, result: list) -> WriteResult:

@@ -4,6 +4,12 @@ Create, update and delete only record the desired state (DEPLOYING, UPDATING, DE
 wake the reconciler (reconciler.py), which moves Ray Serve there and writes back what it
 observes. Which versions may be served is checked here against the registry and again, in the
 same step as the write, by the Lua scripts (a version must be READY when it is first served).
+
+Tenants (common.identity): a deployment is the tenant's of the model it serves, and serves
+only that tenant's versions (checked here and again by the scripts). Another tenant's
+deployment or version answers NOT_FOUND as if absent; lists hold the caller's tenant's.
+Serving names are one namespace on Ray Serve: a name another tenant holds is ALREADY_EXISTS
+without naming the deployment that holds it.
 """
 
 from __future__ import annotations
@@ -14,14 +20,15 @@ from collections.abc import Awaitable, Callable, Collection
 from google.protobuf import field_mask_pb2
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
-from paddleray.services.common import errors, names, paging
+from paddleray.services.common import errors, identity, names, paging
 from paddleray.services.exporter import convert, deployment_spec
 from paddleray.services.exporter.deployment_store import DeploymentRecord, DeploymentStore, WriteResult
 from paddleray.services.exporter.export_spec import MAX_REQUEST_ID
 from paddleray.services.exporter.store import RegistryStore
 
 D = deployment_pb2.DeploymentState
-_OUTPUT_FIELDS = ("name", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time")
+_OUTPUT_FIELDS = ("name", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time",
+                  "tenant")
 _SCAN_CHUNK = 200
 Live = Callable[[deployment_pb2.Deployment], Awaitable[deployment_pb2.Deployment]]
 
@@ -37,6 +44,7 @@ class DeploymentManager:
 
     async def create(self, deployment_id: str, deployment: deployment_pb2.Deployment,
                      request_id: str) -> deployment_pb2.Deployment:
+        identity.require_write("CreateDeployment")
         names.check_id(deployment_id, "deployment_id")
         if len(request_id) > MAX_REQUEST_ID:
             raise errors.InvalidArgument("request_id", f"must be at most {MAX_REQUEST_ID} characters")
@@ -47,7 +55,7 @@ class DeploymentManager:
         desired.serving_name = desired.serving_name or deployment_id
         deployment_spec.check_serving_name(desired.serving_name)
         found = deployment_spec.validate(desired)
-        await self._check_versions(desired, found)
+        desired.tenant = await self._check_versions(desired, found)
         now = time.time_ns()
         desired.name = names.DEPLOYMENT.format(deployment=deployment_id)
         desired.model = names.MODEL.format(model=found[0][0])
@@ -57,8 +65,10 @@ class DeploymentManager:
         desired.update_time.FromNanoseconds(now)
         result = await self.store.create(desired, found, request_id)
         if result.status == "duplicate" and result.record is not None:
+            if not identity.visible(result.record.deployment.tenant):
+                raise errors.AlreadyExists("request_id: already used by another request")
             return result.record.deployment
-        self._raise_failure(result, desired, found)
+        await self._raise_failure(result, desired, found)
         self.on_change()
         return desired
 
@@ -66,21 +76,24 @@ class DeploymentManager:
         record = await self._record(name)
         return await self.live(record.deployment) if self.live is not None else record.deployment
 
-    async def list_deployments(self, page_size: int, page_token: str, model: str,
-                   model_version: str) -> tuple[list[deployment_pb2.Deployment], str]:
+    async def list_deployments(self, page_size: int, page_token: str, model: str, model_version: str,
+                               tenant: str = "") -> tuple[list[deployment_pb2.Deployment], str]:
         if model:
             names.MODEL.parse(model, "model")
         if model_version:
             names.MODEL_VERSION.parse(model_version, "model_version")
         size = paging.page_size(page_size)
-        filters = {"model": model, "model_version": model_version}
+        filters = {"model": model, "model_version": model_version, **({"tenant": tenant} if tenant else {})}
         after = paging.decode_page_token(page_token, filters, "ListDeployments") or ""
+        narrowed = identity.list_filter(tenant)
+        if narrowed is None:
+            return [], ""
         page: list[deployment_pb2.Deployment] = []
         while True:
             found, more = await self.store.scan(_SCAN_CHUNK, after)
             for record, member in found:
                 d = record.deployment
-                if (model and d.model != model) or (model_version and all(
+                if (narrowed and d.tenant != narrowed) or (model and d.model != model) or (model_version and all(
                         t.model_version != model_version for t in d.traffic)):
                     continue
                 page.append(d)
@@ -92,25 +105,28 @@ class DeploymentManager:
 
     async def update(self, deployment: deployment_pb2.Deployment,
                      mask: field_mask_pb2.FieldMask) -> deployment_pb2.Deployment:
+        identity.require_write("UpdateDeployment")
         for _ in range(5):
             record = await self._record(deployment.name, "deployment.name")
             if record.deployment.state == D.DEPLOYMENT_STATE_DELETING:
                 raise errors.FailedPrecondition(f"{deployment.name} is being deleted")
             merged = deployment_spec.merge(record.deployment, deployment, list(mask.paths))
             found = deployment_spec.validate(merged)
-            await self._check_versions(merged, found, already_served=set(deployment_spec.targets(record.deployment)))
+            await self._check_versions(merged, found, already_served=set(deployment_spec.targets(record.deployment)),
+                                       tenant=record.deployment.tenant)
             merged.state = D.DEPLOYMENT_STATE_UPDATING
             merged.state_reason = ""
             merged.update_time.FromNanoseconds(time.time_ns())
             result = await self.store.update(record, merged, found, deployment_spec.targets(record.deployment))
             if result.status == "conflict":
                 continue
-            self._raise_failure(result, merged, found)
+            await self._raise_failure(result, merged, found)
             self.on_change()
             return merged
         raise errors.Aborted(f"{deployment.name} kept changing; retry")
 
     async def delete(self, name: str) -> deployment_pb2.Deployment:
+        identity.require_write("DeleteDeployment")
         for _ in range(5):
             record = await self._record(name)
             deleting = deployment_pb2.Deployment()
@@ -126,18 +142,24 @@ class DeploymentManager:
     async def _record(self, name: str, field: str = "name") -> DeploymentRecord:
         deployment_id = names.DEPLOYMENT.parse_one(name, field)
         record = await self.store.get(deployment_id)
-        if record is None:
+        if record is None or not identity.visible(record.deployment.tenant):
             raise errors.NotFound(f"{name} does not exist")
         return record
 
     async def _check_versions(self, desired: deployment_pb2.Deployment, found: list[tuple[str, int]],
-                              already_served: Collection[tuple[str, int]] = frozenset()) -> None:
+                              already_served: Collection[tuple[str, int]] = frozenset(), tenant: str = "") -> str:
+        """Checks that every target may be served by this caller (in `tenant`, when given);
+        returns the targets' tenant."""
         for i, (model_id, number) in enumerate(found):
             where = f"deployment.traffic[{i}].model_version"
             record = await self.registry.get_version(model_id, number)
-            if record is None:
+            if record is None or not identity.visible(record.version.tenant):
                 raise errors.NotFound(f"{where}: models/{model_id}/versions/{number} does not exist")
             version = record.version
+            tenant = tenant or version.tenant
+            if version.tenant != tenant:  # an admin's change: the caller may see both tenants
+                raise errors.InvalidArgument(where, f"{version.name} is tenant {version.tenant!r}'s; this deployment "
+                                                    f"serves only tenant {tenant!r}'s models")
             if version.state != model_pb2.MODEL_VERSION_STATE_READY and (model_id, number) not in already_served:
                 state = model_pb2.ModelVersionState.Name(version.state)
                 raise errors.FailedPrecondition(f"{where}: {version.name} is {state}; only READY versions can be served"
@@ -148,15 +170,21 @@ class DeploymentManager:
                     f"{where}: {version.name} was not exported and validated for {model_pb2.Backend.Name(desired.backend)}")
             if not validated:
                 raise errors.FailedPrecondition(f"{where}: {version.name} has no validated backend")
+        return tenant
 
-    @staticmethod
-    def _raise_failure(result: WriteResult, desired: deployment_pb2.Deployment, found: list[tuple[str, int]]) -> None:
+    async def _raise_failure(self, result: WriteResult, desired: deployment_pb2.Deployment,
+                             found: list[tuple[str, int]]) -> None:
         if result.ok:
             return
         if result.status == "exists":
             raise errors.AlreadyExists(f"{desired.name} already exists")
         if result.status == "serving_name_taken":
-            raise errors.AlreadyExists(f"serving_name {desired.serving_name!r} is taken by deployments/{result.detail}")
+            holder = await self.store.get(result.detail)
+            if holder is not None and identity.visible(holder.deployment.tenant):
+                raise errors.AlreadyExists(
+                    f"serving_name {desired.serving_name!r} is taken by deployments/{result.detail}")
+            # Serving names are one namespace on Ray Serve: say it is taken, not by which deployment.
+            raise errors.AlreadyExists(f"serving_name {desired.serving_name!r} is taken; choose another")
         if result.status in ("version_missing", "version_not_ready"):
             model_id, number = found[result.index]
             where = f"deployment.traffic[{result.index}].model_version: models/{model_id}/versions/{number}"

@@ -6,6 +6,10 @@ and moves the version to VALIDATING, then READY, VALIDATION_FAILED or FAILED. Th
 names its owner (this replica); every replica keeps a lease (a Redis key with a TTL) while it
 lives, and a sweep on every replica fails the versions whose owner's lease is gone, so an
 exporter killed mid-export leaves no version stuck in EXPORTING.
+
+Tenants (common.identity): the version joins its model's tenant, which a new model takes from
+the caller's credential (an admin may name another). A job source must be the caller's to
+see; a checkpoint_uri carries no tenant, so only admins may export one.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from google.protobuf import struct_pb2
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, identity
 from paddleray.services.exporter import convert, sources
 from paddleray.services.exporter.export_spec import ExportSpec, check_builder, export_spec
-from paddleray.services.exporter.store import TERMINAL_STATES, RegistryStore, VersionRecord
+from paddleray.services.exporter.store import TERMINAL_STATES, OtherTenantsModel, RegistryStore, VersionRecord
 
 log = logging.getLogger(__name__)
 S = model_pb2.ModelVersionState
@@ -67,11 +71,21 @@ class ExportManager:
     # -- ExportModel ---------------------------------------------------------------------
 
     async def export(self, request: es.ExportModelRequest) -> model_pb2.ModelVersion:
+        caller = identity.require_write("ExportModel")
         spec = export_spec(request, self.allowlist, self.storage_root)
+        tenant = identity.tenant_for_write(request.tenant, "tenant")
         if spec.request_id:
             first = await self._first_of_request(spec.request_id)
             if first is not None:
-                return first
+                return _own(first)
+        # Checked again by the script that writes the version; here so that a model of another
+        # tenant is refused before the source is read.
+        existing = await self.store.get_model(spec.model_id)
+        if existing is not None and existing.model.tenant != tenant and not (caller.is_admin and not request.tenant):
+            raise _other_tenants_model(request.parent, existing.model.tenant)
+        if spec.checkpoint_dir and not caller.is_admin:
+            raise errors.PermissionDenied("checkpoint_uri: a checkpoint carries no tenant, so only an admin credential "
+                                          "may export one; export from the job instead")
         if not self.cluster_connected():
             # Checked before anything is recorded: Ray would otherwise start a local cluster of its own.
             raise errors.Unavailable("the exporter is not connected to its Ray cluster yet; retry")
@@ -95,12 +109,18 @@ class ExportManager:
         version.create_time.FromNanoseconds(now)
         version.update_time.FromNanoseconds(now)
         await self.store.renew_owner(self.owner, int(self.owner_lease_s * 1000))
-        created, record = await self.store.create_version(model, version, self.owner, spec.request_id)
-        if created:
-            task_request = self._task_request(spec, record, builder, config, source)
-            task = asyncio.create_task(self._run(record, task_request, environment))
-            self._tasks[record.version.name] = task
-            task.add_done_callback(functools.partial(self._forget, record.version.name))
+        try:
+            created, record = await self.store.create_version(
+                model, version, self.owner, spec.request_id, tenant,
+                adopt_tenant=caller.is_admin and not request.tenant)
+        except OtherTenantsModel as exc:
+            raise _other_tenants_model(request.parent, exc.tenant) from None
+        if not created:
+            return _own(record.version)
+        task_request = self._task_request(spec, record, builder, config, source)
+        task = asyncio.create_task(self._run(record, task_request, environment))
+        self._tasks[record.version.name] = task
+        task.add_done_callback(functools.partial(self._forget, record.version.name))
         return record.version
 
     def _forget(self, name: str, _task: asyncio.Task) -> None:
@@ -112,7 +132,10 @@ class ExportManager:
 
     async def _source(self, spec: ExportSpec) -> sources.Source:
         if spec.job:
-            return sources.from_job(await self.jobs.get(spec.job))
+            job = await self.jobs.get(spec.job)
+            if not identity.visible(job.tenant):
+                raise errors.NotFound(f"job: {spec.job} does not exist")
+            return sources.from_job(job)
         return sources.from_checkpoint(spec.checkpoint_dir)
 
     def _task_request(self, spec: ExportSpec, record: VersionRecord, builder: str, config: dict[str, Any],
@@ -204,6 +227,22 @@ class ExportManager:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.store.release_owner(self.owner)
+
+
+def _other_tenants_model(parent: str, tenant: str) -> errors.DomainError:
+    if identity.visible(tenant):  # an admin naming another tenant than the model's
+        return errors.InvalidArgument("tenant", f"{parent} is tenant {tenant!r}'s: its versions are that tenant's")
+    # Any answer but success says that the id exists; this one says nothing more.
+    return errors.NotFound(f"parent: {parent} cannot be used: model ids are one namespace across tenants and this "
+                           "one is taken; choose another")
+
+
+def _own(first: model_pb2.ModelVersion) -> model_pb2.ModelVersion:
+    """The version a repeated request_id created, unless it is another tenant's: the key is then
+    taken, and nothing of that version is shown."""
+    if not identity.visible(first.tenant):
+        raise errors.AlreadyExists("request_id: already used by another request")
+    return first
 
 
 def _default_builder(entrypoint: str) -> str:

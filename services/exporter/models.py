@@ -1,4 +1,9 @@
-"""ModelRegistry: reading, changing and deleting models and their versions."""
+"""ModelRegistry: reading, changing and deleting models and their versions.
+
+Tenants (common.identity): a version is its model's tenant's. Another tenant's model or
+version answers NOT_FOUND worded as for a missing one, lists hold the caller's tenant's
+models, and read-only credentials cannot update or delete.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from pathlib import Path
 from google.protobuf import field_mask_pb2
 
 from paddleray.exporter.v1 import model_pb2
-from paddleray.services.common import errors, names, paging
+from paddleray.services.common import errors, identity, names, paging
 from paddleray.services.exporter.export_spec import MAX_DISPLAY_NAME
 from paddleray.services.exporter.exports import artifact_dir
 from paddleray.services.exporter.store import TERMINAL_STATES, RegistryStore, VersionRecord
@@ -30,17 +35,23 @@ class ModelRegistry:
     async def get_model(self, name: str, field: str = "name") -> model_pb2.Model:
         model_id = names.MODEL.parse_one(name, field)
         record = await self.store.get_model(model_id)
-        if record is None:
+        if record is None or not identity.visible(record.model.tenant):
             raise errors.NotFound(f"{name} does not exist")
         return record.model
 
-    async def list_models(self, page_size: int, page_token: str) -> tuple[list[model_pb2.Model], str]:
+    async def list_models(self, page_size: int, page_token: str,
+                          tenant: str = "") -> tuple[list[model_pb2.Model], str]:
         size = paging.page_size(page_size)
-        after = paging.decode_page_token(page_token, rpc="ListModels") or ""
-        models, last = await self.store.list_models(size, after)
-        return models, paging.encode_page_token(last) if last else ""
+        filters = {"tenant": tenant} if tenant else None
+        after = paging.decode_page_token(page_token, filters, rpc="ListModels") or ""
+        narrowed = identity.list_filter(tenant)
+        if narrowed is None:
+            return [], ""
+        models, last = await self.store.list_models(size, after, narrowed)
+        return models, paging.encode_page_token(last, filters) if last else ""
 
     async def update_model(self, model: model_pb2.Model, mask: field_mask_pb2.FieldMask) -> model_pb2.Model:
+        identity.require_write("UpdateModel")
         model_id = names.MODEL.parse_one(model.name, "model.name")
         paths = list(mask.paths) or list(_MODEL_PATHS)
         for path in paths:
@@ -52,7 +63,7 @@ class ModelRegistry:
             validate_labels(model.labels, "model.labels")
         for _ in range(5):
             record = await self.store.get_model(model_id)
-            if record is None:
+            if record is None or not identity.visible(record.model.tenant):
                 raise errors.NotFound(f"{model.name} does not exist")
             changed = model_pb2.Model()
             changed.CopyFrom(record.model)
@@ -67,8 +78,9 @@ class ModelRegistry:
         raise errors.Aborted(f"{model.name} kept changing; retry")
 
     async def delete_model(self, name: str) -> None:
+        identity.require_write("DeleteModel")
         model_id = names.MODEL.parse_one(name)
-        status, detail = await self.store.delete_model(model_id)
+        status, detail = await self.store.delete_model(model_id, _own_tenant())
         if status == "missing":
             raise errors.NotFound(f"{name} does not exist")
         if status == "deployed":
@@ -83,7 +95,7 @@ class ModelRegistry:
     async def get_version_record(self, name: str, field: str = "name") -> VersionRecord:
         ids = names.MODEL_VERSION.parse(name, field)
         record = await self.store.get_version(ids["model"], int(ids["version"]))
-        if record is None:
+        if record is None or not identity.visible(record.version.tenant):
             raise errors.NotFound(f"{name} does not exist")
         return record
 
@@ -99,15 +111,17 @@ class ModelRegistry:
             if not position.isdigit():
                 raise errors.InvalidArgument("page_token", "not a token returned by ListModelVersions")
             below = int(position)
-        if await self.store.get_model(model_id) is None:
+        record = await self.store.get_model(model_id)
+        if record is None or not identity.visible(record.model.tenant):
             raise errors.NotFound(f"{parent} does not exist")
         versions, last = await self.store.list_versions(model_id, size, below)
         return versions, paging.encode_page_token(str(last), {"parent": parent}) if last else ""
 
     async def delete_version(self, name: str) -> None:
+        identity.require_write("DeleteModelVersion")
         ids = names.MODEL_VERSION.parse(name)
         model_id, number = ids["model"], int(ids["version"])
-        status, detail = await self.store.delete_version(model_id, number)
+        status, detail = await self.store.delete_version(model_id, number, _own_tenant())
         if status == "missing":
             raise errors.NotFound(f"{name} does not exist")
         if status == "deployed":
@@ -128,6 +142,7 @@ class ModelRegistry:
         while last.state not in TERMINAL_STATES:
             changes = await self.store.changes_after(model_id, number, after, int(self.watch_block_s * 1000))
             for _, version in changes:
+                version.tenant = record.version.tenant  # the stream's protos are stored without it
                 if version != last:
                     last = version
                     yield version
@@ -135,3 +150,10 @@ class ModelRegistry:
                 after = changes[-1][0]
             elif await self.store.get_version(model_id, number) is None:
                 raise errors.NotFound(f"{name} was deleted")
+
+
+def _own_tenant() -> str:
+    """The tenant a delete is restricted to, checked in the script that deletes: the caller's,
+    or "" (any) for an admin."""
+    caller = identity.current()
+    return "" if caller.is_admin else caller.tenant

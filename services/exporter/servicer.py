@@ -26,7 +26,7 @@ class ExporterServicer(exporter_service_pb2_grpc.ExporterServiceServicer):
         return es.GetModelResponse(model=await self.models.get_model(request.name))
 
     async def ListModels(self, request: es.ListModelsRequest, context) -> es.ListModelsResponse:
-        models, token = await self.models.list_models(request.page_size, request.page_token)
+        models, token = await self.models.list_models(request.page_size, request.page_token, request.tenant)
         return es.ListModelsResponse(models=models, next_page_token=token)
 
     async def UpdateModel(self, request: es.UpdateModelRequest, context) -> es.UpdateModelResponse:
@@ -55,8 +55,8 @@ class ExporterServicer(exporter_service_pb2_grpc.ExporterServiceServicer):
         return es.GetDeploymentResponse(deployment=await self.deployments.get(request.name))
 
     async def ListDeployments(self, request: es.ListDeploymentsRequest, context) -> es.ListDeploymentsResponse:
-        deployments, token = await self.deployments.list_deployments(request.page_size, request.page_token, request.model,
-                                                         request.model_version)
+        deployments, token = await self.deployments.list_deployments(
+            request.page_size, request.page_token, request.model, request.model_version, request.tenant)
         return es.ListDeploymentsResponse(deployments=deployments, next_page_token=token)
 
     async def UpdateDeployment(self, request: es.UpdateDeploymentRequest, context) -> es.UpdateDeploymentResponse:

@@ -8,6 +8,11 @@ create_version.lua; the name is filled in on read), `gen`, `state` (read by the 
 scripts, which must not parse protobuf) and `owner` (the exporter replica whose task runs the
 export while it is not terminal).
 
+Tenants: a model's hash holds its `tenant` (set when the model is created, never changed) and
+every version's hash a copy of it, so that the scripts can check it in the step that writes;
+the protos are stored without it and it is filled in on read. Records written before tenants
+existed have none: they are DEFAULT_TENANT's.
+
 Every check-then-write is one Lua script; all other reads are plain commands. The store knows
 nothing of which transitions are legal: exports.py and models.py decide.
 """
@@ -17,10 +22,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from importlib import resources
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 
 from paddleray.exporter.v1 import model_pb2
+from paddleray.services.common.identity import DEFAULT_TENANT
 from paddleray.services.exporter import keys
 
 S = model_pb2.ModelVersionState
@@ -28,6 +35,18 @@ TERMINAL_STATES = frozenset({S.MODEL_VERSION_STATE_READY, S.MODEL_VERSION_STATE_
                              S.MODEL_VERSION_STATE_FAILED})
 # A version changes a handful of times (EXPORTING, VALIDATING, its end): the cap is a backstop.
 _CHANGES_CAP = 100
+_SCAN_CHUNK = 200
+_VERSION_FIELDS = ("proto", "gen", "owner", "tenant")
+_MODEL_FIELDS = ("proto", "gen", "latest", "tenant")
+_Stored = TypeVar("_Stored", model_pb2.Model, model_pb2.ModelVersion)
+
+
+class OtherTenantsModel(Exception):
+    """create_version named a model that exists in another tenant (the caller could not adopt it)."""
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(tenant)
+        self.tenant = tenant
 
 
 def script(name: str) -> str:
@@ -78,19 +97,25 @@ class RegistryStore:
     # -- create / read ----------------------------------------------------------------------
 
     async def create_version(
-        self, model: model_pb2.Model, version: model_pb2.ModelVersion, owner: str, request_id: str
+        self, model: model_pb2.Model, version: model_pb2.ModelVersion, owner: str, request_id: str,
+        tenant: str = DEFAULT_TENANT, adopt_tenant: bool = False,
     ) -> tuple[bool, VersionRecord]:
-        """Writes a new version (and its model when new). Returns (True, the new version) or
-        (False, the version first created with request_id)."""
+        """Writes a new version (and its model, in `tenant`, when new). Returns (True, the new
+        version) or (False, the version first created with request_id). A model of another
+        tenant raises OtherTenantsModel unless adopt_tenant: the version then joins it."""
         model_id = model.name.removeprefix("models/")
+        model = _without_tenant(model)
+        version = _without_tenant(version)
         member = f"{model.create_time.ToMilliseconds():015d}:{model_id}"
         result = await self._create_version(
             keys=[keys.export_request(request_id), keys.model(model_id), keys.models_by_time(),
                   keys.versions(model_id), keys.active_exports()],
             args=[model_id, model.SerializeToString(), member, version.SerializeToString(), version.state, owner,
                   self.request_ttl_s, "1" if request_id else "0", keys.version_prefix(model_id),
-                  keys.version_changes_prefix(model_id), _CHANGES_CAP],
+                  keys.version_changes_prefix(model_id), _CHANGES_CAP, tenant, "1" if adopt_tenant else "0"],
         )
+        if result[0] == b"tenant_mismatch":
+            raise OtherTenantsModel(result[1].decode())
         if result[0] == b"duplicate":
             first_model, number = result[1].decode().rsplit("/", 1)
             record = await self.get_version(first_model, int(number))
@@ -102,16 +127,11 @@ class RegistryStore:
         return True, record
 
     async def get_model(self, model_id: str) -> ModelRecord | None:
-        proto, gen, latest = await self.redis.hmget(keys.model(model_id), ("proto", "gen", "latest"))
-        if proto is None:
-            return None
-        model = model_pb2.Model.FromString(proto)
-        model.latest_version = int(latest or 0)
-        return ModelRecord(model, int(gen))
+        return _model_record(*await self.redis.hmget(keys.model(model_id), _MODEL_FIELDS))
 
     async def get_version(self, model_id: str, number: int) -> VersionRecord | None:
-        proto, gen, owner = await self.redis.hmget(keys.version(model_id, number), ("proto", "gen", "owner"))
-        return _version_record(model_id, number, proto, gen, owner)
+        row = await self.redis.hmget(keys.version(model_id, number), _VERSION_FIELDS)
+        return _version_record(model_id, number, *row)
 
     async def version_of_request(self, request_id: str) -> VersionRecord | None:
         """The version an ExportModel request_id created, while it exists."""
@@ -129,8 +149,7 @@ class RegistryStore:
     async def update_version(self, record: VersionRecord, version: model_pb2.ModelVersion) -> int | None:
         """Writes `version` if the record is still at record.gen; returns the new gen, or None
         when it changed or was deleted meanwhile."""
-        stored = model_pb2.ModelVersion()
-        stored.CopyFrom(version)
+        stored = _without_tenant(version)
         stored.ClearField("name")
         result = await self._update_version(
             keys=[keys.version(record.model_id, record.number), keys.active_exports(),
@@ -141,46 +160,61 @@ class RegistryStore:
         return int(result[1]) if result[0] == b"ok" else None
 
     async def update_model(self, record: ModelRecord, model: model_pb2.Model) -> int | None:
-        stored = model_pb2.Model()
-        stored.CopyFrom(model)
+        stored = _without_tenant(model)
         stored.latest_version = 0
         result = await self._cas(keys=[keys.model(record.model_id)], args=[record.gen, "proto", stored.SerializeToString()])
         return int(result[1]) if result[0] == b"ok" else None
 
-    async def delete_version(self, model_id: str, number: int) -> tuple[str, str]:
-        """("deleted" | "missing" | "exporting", "") or ("deployed", comma-separated deployment ids)."""
+    async def delete_version(self, model_id: str, number: int, tenant: str = "") -> tuple[str, str]:
+        """("deleted" | "missing" | "exporting", "") or ("deployed", comma-separated deployment ids).
+        With a tenant, a version of another tenant is "missing"."""
         result = await self._delete_version(
             keys=[keys.version(model_id, number), keys.versions(model_id), keys.version_deployments(model_id, number),
                   keys.active_exports(), keys.version_changes(model_id, number)],
-            args=[number, f"{model_id}/{number}"],
+            args=[number, f"{model_id}/{number}", tenant],
         )
         return result[0].decode(), result[1].decode() if len(result) > 1 else ""
 
-    async def delete_model(self, model_id: str) -> tuple[str, list[str]]:
+    async def delete_model(self, model_id: str, tenant: str = "") -> tuple[str, list[str]]:
         """("deleted", version numbers removed) | ("missing", []) | ("exporting", [n])
-        | ("deployed", [n, deployment ids])."""
+        | ("deployed", [n, deployment ids]). With a tenant, a model of another tenant is "missing"."""
         result = await self._delete_model(
             keys=[keys.model(model_id), keys.models_by_time(), keys.versions(model_id), keys.active_exports()],
             args=[model_id, keys.version_prefix(model_id), keys.version_deployments_prefix(model_id),
-                  keys.version_changes_prefix(model_id)],
+                  keys.version_changes_prefix(model_id), tenant],
         )
         return result[0].decode(), [x.decode() for x in result[1:]]
 
     # -- listing ------------------------------------------------------------------------------
 
-    async def list_models(self, page_size: int, after: str) -> tuple[list[model_pb2.Model], str]:
-        """Newest first, starting after index member `after` ("" for the first page). Returns the
-        page and the member of its last model ("" on the last page)."""
-        start = f"({after}" if after else "+"
-        members = await self.redis.zrange(keys.models_by_time(), start, "-", desc=True, bylex=True, offset=0,
-                                          num=page_size + 1)
+    async def list_models(self, page_size: int, after: str, tenant: str = "") -> tuple[list[model_pb2.Model], str]:
+        """Newest first, starting after index member `after` ("" for the first page), only
+        `tenant`'s when given. Returns the page and the member of its last model ("" when the
+        index holds nothing after it)."""
         page: list[model_pb2.Model] = []
-        for member in members[:page_size]:
-            record = await self.get_model(member.decode().split(":", 1)[1])
-            if record is not None:
+        while True:
+            start = f"({after}" if after else "+"
+            members = await self.redis.zrange(keys.models_by_time(), start, "-", desc=True, bylex=True, offset=0,
+                                              num=_SCAN_CHUNK)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for member in members:
+                    pipe.hmget(keys.model(member.decode().split(":", 1)[1]), _MODEL_FIELDS)
+                rows = await pipe.execute()
+            for i, (member, row) in enumerate(zip(members, rows, strict=True)):
+                record = _model_record(*row)
+                if record is None or (tenant and record.model.tenant != tenant):
+                    continue
                 page.append(record.model)
-        more = len(members) > page_size
-        return page, members[page_size - 1].decode() if more else ""
+                if len(page) == page_size:
+                    more = i + 1 < len(members) or await self._model_after(member.decode())
+                    return page, member.decode() if more else ""
+            if len(members) < _SCAN_CHUNK:
+                return page, ""
+            after = members[-1].decode()
+
+    async def _model_after(self, member: str) -> bool:
+        return bool(await self.redis.zrange(keys.models_by_time(), f"({member}", "-", desc=True, bylex=True, offset=0,
+                                            num=1))
 
     async def list_versions(self, model_id: str, page_size: int, below: int | None) -> tuple[list[model_pb2.ModelVersion], int]:
         """Newest first, numbers below `below` (None for the first page). Returns the page and
@@ -189,7 +223,7 @@ class RegistryStore:
         numbers = await self.redis.zrevrangebyscore(keys.versions(model_id), top, "-inf", start=0, num=page_size + 1)
         async with self.redis.pipeline(transaction=False) as pipe:
             for number in numbers[:page_size]:
-                pipe.hmget(keys.version(model_id, int(number)), ("proto", "gen", "owner"))
+                pipe.hmget(keys.version(model_id, int(number)), _VERSION_FIELDS)
             rows = await pipe.execute()
         page = [r.version for n, row in zip(numbers, rows, strict=False)
                 if (r := _version_record(model_id, int(n), *row)) is not None]
@@ -227,10 +261,29 @@ class RegistryStore:
         return bool(owner) and bool(await self.redis.exists(keys.owner_lease(owner)))
 
 
+def _without_tenant(message: _Stored) -> _Stored:
+    """A copy to store: the tenant lives in the hash, not in the proto."""
+    stored = type(message)()
+    stored.CopyFrom(message)
+    stored.tenant = ""
+    return stored
+
+
+def _model_record(proto: bytes | None, gen: bytes | None, latest: bytes | None,
+                  tenant: bytes | None) -> ModelRecord | None:
+    if proto is None:
+        return None
+    model = model_pb2.Model.FromString(proto)
+    model.latest_version = int(latest or 0)
+    model.tenant = (tenant or b"").decode() or DEFAULT_TENANT
+    return ModelRecord(model, int(gen or 0))
+
+
 def _version_record(model_id: str, number: int, proto: bytes | None, gen: bytes | None,
-                    owner: bytes | None) -> VersionRecord | None:
+                    owner: bytes | None, tenant: bytes | None) -> VersionRecord | None:
     if proto is None:
         return None
     version = model_pb2.ModelVersion.FromString(proto)
     version.name = version_name(model_id, number)
+    version.tenant = (tenant or b"").decode() or DEFAULT_TENANT
     return VersionRecord(version, int(gen or 0), (owner or b"").decode(), model_id, number)

@@ -117,14 +117,17 @@ def redact_url(url: str) -> str:
 def _auth_env(environ: dict[str, str], auth_token: str) -> dict[str, str]:
     """Tokens, consistently: `auth_token` (if given) for every service, else what the
     environment sets per service (never blanked); the scheduler gets a credential the trainer
-    accepts (the trainer's token, or a generated admin token added to a trainer with only a
-    token file)."""
+    accepts, and the exporter one the scheduler accepts (the callee's token, or a generated
+    admin token added to a callee with only a token file)."""
     env = {f"PADDLERAY_{s.upper()}_AUTH_TOKEN": auth_token for s in SERVICES} if auth_token else {}
-    trainer_token = env.get("PADDLERAY_TRAINER_AUTH_TOKEN") or environ.get("PADDLERAY_TRAINER_AUTH_TOKEN", "")
-    if not trainer_token and environ.get("PADDLERAY_TRAINER_AUTH_TOKENS_FILE"):
-        trainer_token = env["PADDLERAY_TRAINER_AUTH_TOKEN"] = secrets.token_urlsafe(32)
-    if trainer_token and not environ.get("PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"):
-        env["PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN"] = trainer_token
+    for caller, callee in (("scheduler", "trainer"), ("exporter", "scheduler")):
+        own = f"PADDLERAY_{callee.upper()}_AUTH_TOKEN"
+        token = env.get(own) or environ.get(own, "")
+        if not token and environ.get(f"PADDLERAY_{callee.upper()}_AUTH_TOKENS_FILE"):
+            token = env[own] = secrets.token_urlsafe(32)
+        given = f"PADDLERAY_{caller.upper()}_{callee.upper()}_AUTH_TOKEN"
+        if token and not environ.get(given):
+            env[given] = token
     return env
 
 

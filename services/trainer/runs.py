@@ -86,7 +86,8 @@ class RunRecord:
             "run_id": self.run_id, "spec": json_format.MessageToDict(self.spec), "job": self.job,
             "request_id": self.request_id, "timeout_s": self.timeout_s,
             "resume_from": json_format.MessageToDict(self.resume_from) if self.resume_from is not None else None,
-            "labels": dict(self.labels), "state": self.state.value, "state_reason": self.state_reason,
+            "labels": dict(self.labels), "tenant": self.tenant, "state": self.state.value,
+            "state_reason": self.state_reason,
             "failure": self.failure.to_json() if self.failure is not None else None,
             "workers": [w.to_json() for w in self.workers],
             "latest_metrics": (
@@ -110,6 +111,7 @@ class RunRecord:
             timeout_s=_timeout(data.get("timeout_s")),
             resume_from=json_format.ParseDict(resume, common_pb2.Checkpoint()) if resume is not None else None,
             labels=dict(data.get("labels", {})),
+            tenant=data.get("tenant") or "default",
             state=RunState(data["state"]),
             state_reason=data.get("state_reason", ""),
             failure=Failure.from_json(data.get("failure")),

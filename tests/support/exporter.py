@@ -120,9 +120,10 @@ def linear_checkpoint(storage_root: Path, builder: str = "build_linear", seed: i
     return str(info.path)
 
 
-async def ready_version(store, storage_root: Path, model_id: str, backends=("paddle",)) -> int:
-    """A READY version (validated for `backends`) with a manifest on disk; returns its number."""
-    _, record = await store.create_version(new_model(model_id), new_version(), "owner", "")
+async def ready_version(store, storage_root: Path, model_id: str, backends=("paddle",), tenant: str = "default") -> int:
+    """A READY version (validated for `backends`) of `tenant`'s model with a manifest on disk;
+    returns its number."""
+    _, record = await store.create_version(new_model(model_id), new_version(), "owner", "", tenant)
     version = model_pb2.ModelVersion()
     version.CopyFrom(record.version)
     version.state = model_pb2.MODEL_VERSION_STATE_READY
@@ -133,7 +134,7 @@ async def ready_version(store, storage_root: Path, model_id: str, backends=("pad
         check.median_latency.FromMicroseconds(100 - 50 * i)
     await store.update_version(record, version)
     directory = Path(storage_root) / "models" / model_id / "versions" / str(record.number)
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / "manifest.json").write_text("{}")
     return record.number
 

@@ -5,7 +5,7 @@
 -- KEYS[5+N .. 4+2N] the deployments sets of the same versions
 -- ARGV: 1 deployment id, 2 Deployment proto, 3 index member, 4 serving name, 5 request ttl
 --       seconds, 6 "1" when a request_id was given, 7 deployment key prefix, 8 N,
---       9 READY state number
+--       9 READY state number, 10 tenant every version must belong to (another's is missing)
 -- Returns {"created"} | {"duplicate", proto of the deployment first created with the request_id}
 --       | {"exists"} | {"serving_name_taken", deployment id}
 --       | {"version_missing", i} | {"version_not_ready", i, state} (i counts from 1)
@@ -27,8 +27,8 @@ if holder then
 end
 local n = tonumber(ARGV[8])
 for i = 1, n do
-  local state = redis.call("HGET", KEYS[4 + i], "state")
-  if not state then
+  local state, tenant = unpack(redis.call("HMGET", KEYS[4 + i], "state", "tenant"))
+  if not state or (tenant or "default") ~= ARGV[10] then
     return {"version_missing", i}
   end
   if state ~= ARGV[9] then

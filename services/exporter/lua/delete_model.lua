@@ -2,11 +2,15 @@
 -- KEYS[1] model hash   KEYS[2] models time index   KEYS[3] the model's versions sorted set
 -- KEYS[4] active exports set
 -- ARGV: 1 model id, 2 version key prefix, 3 version deployments key prefix,
---       4 version changes stream key prefix
+--       4 version changes stream key prefix, 5 tenant the model must belong to ("" for any:
+--       the model was checked, or the caller is an admin)
 -- Returns {"deleted", number...} (the versions removed) | {"missing"}
 --       | {"deployed", number, "<id>,<id>..."} | {"exporting", number}
 local member = redis.call("HGET", KEYS[1], "member")
 if not member then
+  return {"missing"}
+end
+if ARGV[5] ~= "" and (redis.call("HGET", KEYS[1], "tenant") or "default") ~= ARGV[5] then
   return {"missing"}
 end
 local numbers = redis.call("ZRANGE", KEYS[3], 0, -1)

@@ -1,9 +1,13 @@
 -- Deletes a model version unless a deployment serves it or its export is running.
 -- KEYS[1] version hash   KEYS[2] the model's versions sorted set
 -- KEYS[3] the version's deployments set   KEYS[4] active exports set   KEYS[5] its changes stream
--- ARGV: 1 version number, 2 active exports member "<model_id>/<number>"
+-- ARGV: 1 version number, 2 active exports member "<model_id>/<number>", 3 tenant the version
+--       must belong to ("" for any)
 -- Returns {"deleted"} | {"missing"} | {"deployed", "<id>,<id>..."} | {"exporting"}
 if redis.call("EXISTS", KEYS[1]) == 0 then
+  return {"missing"}
+end
+if ARGV[3] ~= "" and (redis.call("HGET", KEYS[1], "tenant") or "default") ~= ARGV[3] then
   return {"missing"}
 end
 local deployments = redis.call("SMEMBERS", KEYS[3])

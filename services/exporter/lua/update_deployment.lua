@@ -3,7 +3,8 @@
 -- KEYS[2 .. 1+N] the hashes of the N versions it serves after the change
 -- KEYS[2+N .. 1+2N] the deployments sets of the same versions
 -- KEYS[2+2N ..] the deployments sets of the versions it served before
--- ARGV: 1 expected gen, 2 Deployment proto, 3 deployment id, 4 N, 5 READY state number
+-- ARGV: 1 expected gen, 2 Deployment proto, 3 deployment id, 4 N, 5 READY state number,
+--       6 tenant every version must belong to (another's is missing)
 -- Returns {"ok", new gen} | {"conflict"} | {"missing"}
 --       | {"version_missing", i} | {"version_not_ready", i, state}
 local gen = redis.call("HGET", KEYS[1], "gen")
@@ -15,8 +16,8 @@ if gen ~= ARGV[1] then
 end
 local n = tonumber(ARGV[4])
 for i = 1, n do
-  local state = redis.call("HGET", KEYS[1 + i], "state")
-  if not state then
+  local state, tenant = unpack(redis.call("HMGET", KEYS[1 + i], "state", "tenant"))
+  if not state or (tenant or "default") ~= ARGV[6] then
     return {"version_missing", i}
   end
   if state ~= ARGV[5] then

@@ -33,6 +33,17 @@ def test_a_trainer_with_only_a_token_file_gets_a_generated_service_token_for_the
     assert _auth_env({}, "").get("PADDLERAY_SCHEDULER_TRAINER_AUTH_TOKEN") is None  # no auth: no token
 
 
+def test_the_exporter_reads_jobs_with_a_credential_the_scheduler_accepts():
+    assert _auth_env({}, "t0ken-for-the-whole-stack")["PADDLERAY_EXPORTER_SCHEDULER_AUTH_TOKEN"] == (
+        "t0ken-for-the-whole-stack")
+    env = _auth_env({"PADDLERAY_SCHEDULER_AUTH_TOKENS_FILE": "/secrets/tokens.yaml"}, "")
+    token = env["PADDLERAY_SCHEDULER_AUTH_TOKEN"]  # a token of its own: an admin of the scheduler
+    assert len(token) >= 32 and env["PADDLERAY_EXPORTER_SCHEDULER_AUTH_TOKEN"] == token
+    given = {"PADDLERAY_SCHEDULER_AUTH_TOKEN": "scheduler-token", "PADDLERAY_EXPORTER_SCHEDULER_AUTH_TOKEN": "own"}
+    assert "PADDLERAY_EXPORTER_SCHEDULER_AUTH_TOKEN" not in _auth_env(given, "")
+    assert _auth_env({}, "").get("PADDLERAY_EXPORTER_SCHEDULER_AUTH_TOKEN") is None
+
+
 def test_passwords_are_not_shown():
     assert redact_url("redis://:s3cret@store.example:6380/0") == "redis://:***@store.example:6380/0"
     assert redact_url("rediss://app:s3cret@redis:6380/1") == "rediss://app:***@redis:6380/1"

@@ -53,7 +53,7 @@ def test_duplicates_and_unknown_runs(tmp_path):
 
 def test_records_and_events_survive_a_restart(tmp_path):
     registry = runs.RunRegistry(tmp_path)
-    registry.add(_record("done", request_id="req-done"))
+    registry.add(_record("done", request_id="req-done", tenant="team-a"))
     registry.transition("done", RunState.STARTING)
     registry.transition("done", RunState.RUNNING)
     registry.add_metrics("done", 3, {"loss": 0.5})
@@ -70,6 +70,7 @@ def test_records_and_events_survive_a_restart(tmp_path):
     assert done.best_checkpoint.path == tmp_path / "ckpt"
     assert [e.sequence for e in reloaded.events("done")] == [1, 2, 3, 4, 5, 6]
     assert reloaded.by_request_id("req-done").run_id == "done"
+    assert done.tenant == "team-a"  # a run stays its tenant's across a restart
     active = reloaded.get("active")
     assert active.state == RunState.FAILED and "restarted" in active.state_reason
     assert reloaded.events("active")[-1].sequence == 3

@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ExportModelRequest(_message.Message):
-    __slots__ = ("parent", "job", "checkpoint_uri", "model_builder", "model_config", "inputs", "formats", "validation", "request_id", "labels", "display_name", "runtime_env")
+    __slots__ = ("parent", "job", "checkpoint_uri", "model_builder", "model_config", "inputs", "formats", "validation", "request_id", "labels", "display_name", "runtime_env", "tenant")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class ExportModelRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     parent: str
     job: str
     checkpoint_uri: str
@@ -44,7 +45,8 @@ class ExportModelRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     display_name: str
     runtime_env: _common_pb2.RuntimeEnv
-    def __init__(self, parent: _Optional[str] = ..., job: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., model_builder: _Optional[str] = ..., model_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_model_pb2.TensorSpec, _Mapping]]] = ..., formats: _Optional[_Iterable[_Union[_model_pb2.ExportFormat, str]]] = ..., validation: _Optional[_Union[_model_pb2.ValidationOptions, _Mapping]] = ..., request_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., display_name: _Optional[str] = ..., runtime_env: _Optional[_Union[_common_pb2.RuntimeEnv, _Mapping]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, parent: _Optional[str] = ..., job: _Optional[str] = ..., checkpoint_uri: _Optional[str] = ..., model_builder: _Optional[str] = ..., model_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_model_pb2.TensorSpec, _Mapping]]] = ..., formats: _Optional[_Iterable[_Union[_model_pb2.ExportFormat, str]]] = ..., validation: _Optional[_Union[_model_pb2.ValidationOptions, _Mapping]] = ..., request_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., display_name: _Optional[str] = ..., runtime_env: _Optional[_Union[_common_pb2.RuntimeEnv, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ExportModelResponse(_message.Message):
     __slots__ = ("model_version",)
@@ -77,12 +79,14 @@ class GetModelResponse(_message.Message):
     def __init__(self, model: _Optional[_Union[_model_pb2.Model, _Mapping]] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "tenant")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models", "next_page_token")
@@ -185,16 +189,18 @@ class GetDeploymentResponse(_message.Message):
     def __init__(self, deployment: _Optional[_Union[_deployment_pb2.Deployment, _Mapping]] = ...) -> None: ...
 
 class ListDeploymentsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "model", "model_version")
+    __slots__ = ("page_size", "page_token", "model", "model_version", "tenant")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     model: str
     model_version: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ListDeploymentsResponse(_message.Message):
     __slots__ = ("deployments", "next_page_token")

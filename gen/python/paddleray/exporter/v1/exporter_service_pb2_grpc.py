@@ -31,6 +31,13 @@ class ExporterServiceStub:
     Long-running work (exports, deployments) returns the resource at once in a transitional
     state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
     while Redis or the Ray cluster cannot be reached.
+
+    Tenants: with auth on, models, their versions and deployments belong to a tenant (see
+    Model.tenant, Deployment.tenant). Another tenant's model, version or deployment answers
+    NOT_FOUND, as if absent, and lists hold only the caller's tenant's (admins see all);
+    read-only credentials get PERMISSION_DENIED from every RPC that changes something
+    (ExportModel, Update*, Delete*, CreateDeployment). Ids and serving names are one namespace
+    across tenants.
     """
 
     def __init__(self, channel):
@@ -117,6 +124,13 @@ class ExporterServiceServicer:
     Long-running work (exports, deployments) returns the resource at once in a transitional
     state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
     while Redis or the Ray cluster cannot be reached.
+
+    Tenants: with auth on, models, their versions and deployments belong to a tenant (see
+    Model.tenant, Deployment.tenant). Another tenant's model, version or deployment answers
+    NOT_FOUND, as if absent, and lists hold only the caller's tenant's (admins see all);
+    read-only credentials get PERMISSION_DENIED from every RPC that changes something
+    (ExportModel, Update*, Delete*, CreateDeployment). Ids and serving names are one namespace
+    across tenants.
     """
 
     def ExportModel(self, request, context):
@@ -128,8 +142,11 @@ class ExporterServiceServicer:
         VALIDATION_FAILED or FAILED. Poll GetModelVersion or follow WatchModelVersion for the
         outcome. Errors: INVALID_ARGUMENT names the field and the rule (parent, no source, bad
         input specs, unknown format, bad tolerances); PERMISSION_DENIED for a model_builder
-        outside the allowlist; NOT_FOUND for an unknown job or checkpoint; FAILED_PRECONDITION
-        when the job has no checkpoint. A repeated request_id returns the version first created.
+        outside the allowlist, a tenant the credential may not write, or (for a credential other
+        than an admin's) a checkpoint_uri source; NOT_FOUND for an unknown job or checkpoint,
+        another tenant's job, or a parent that is another tenant's model; FAILED_PRECONDITION
+        when the job has no checkpoint. A repeated request_id returns the version first created
+        (ALREADY_EXISTS when another tenant's request used it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -202,7 +219,10 @@ class ExporterServiceServicer:
         (deployment_id, traffic, resources, batching, replicas); NOT_FOUND for a version;
         FAILED_PRECONDITION for a version not READY (VALIDATION_FAILED cannot be served) or a
         backend it was not exported or validated for; ALREADY_EXISTS for a taken deployment id
-        or serving_name. A repeated request_id returns the deployment first created.
+        or serving_name (a serving_name another tenant's deployment holds is reported as taken,
+        without naming that deployment). A repeated request_id returns the deployment first
+        created (ALREADY_EXISTS when another tenant's request used it). The deployment takes the
+        tenant of the model it serves; another tenant's version is NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -329,6 +349,13 @@ class ExporterService:
     Long-running work (exports, deployments) returns the resource at once in a transitional
     state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
     while Redis or the Ray cluster cannot be reached.
+
+    Tenants: with auth on, models, their versions and deployments belong to a tenant (see
+    Model.tenant, Deployment.tenant). Another tenant's model, version or deployment answers
+    NOT_FOUND, as if absent, and lists hold only the caller's tenant's (admins see all);
+    read-only credentials get PERMISSION_DENIED from every RPC that changes something
+    (ExportModel, Update*, Delete*, CreateDeployment). Ids and serving names are one namespace
+    across tenants.
     """
 
     @staticmethod

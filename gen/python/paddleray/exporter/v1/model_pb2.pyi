@@ -160,7 +160,7 @@ class ValidationResult(_message.Message):
     def __init__(self, passed: _Optional[bool] = ..., num_samples: _Optional[int] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendValidation, _Mapping]]] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("name", "display_name", "latest_version", "labels", "create_time", "update_time")
+    __slots__ = ("name", "display_name", "latest_version", "labels", "create_time", "update_time", "tenant")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -174,16 +174,18 @@ class Model(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     name: str
     display_name: str
     latest_version: int
     labels: _containers.ScalarMap[str, str]
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., latest_version: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., latest_version: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ModelVersion(_message.Message):
-    __slots__ = ("name", "source_job", "source_checkpoint", "source_job_metrics", "model_builder", "model_config", "inputs", "outputs", "artifacts", "validation", "state", "state_reason", "create_time", "update_time", "failure")
+    __slots__ = ("name", "source_job", "source_checkpoint", "source_job_metrics", "model_builder", "model_config", "inputs", "outputs", "artifacts", "validation", "state", "state_reason", "create_time", "update_time", "failure", "tenant")
     class SourceJobMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +208,7 @@ class ModelVersion(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     name: str
     source_job: str
     source_checkpoint: _common_pb2.Checkpoint
@@ -221,4 +224,5 @@ class ModelVersion(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     failure: _common_pb2.Failure
-    def __init__(self, name: _Optional[str] = ..., source_job: _Optional[str] = ..., source_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., source_job_metrics: _Optional[_Mapping[str, float]] = ..., model_builder: _Optional[str] = ..., model_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., validation: _Optional[_Union[ValidationResult, _Mapping]] = ..., state: _Optional[_Union[ModelVersionState, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, name: _Optional[str] = ..., source_job: _Optional[str] = ..., source_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., source_job_metrics: _Optional[_Mapping[str, float]] = ..., model_builder: _Optional[str] = ..., model_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., validation: _Optional[_Union[ValidationResult, _Mapping]] = ..., state: _Optional[_Union[ModelVersionState, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
