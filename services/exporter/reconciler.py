@@ -66,6 +66,7 @@ class Reconciler:
         self._wake.set()
 
     async def run(self) -> None:
+        skipping = False
         while True:
             self._wake.clear()
             # A task of its own: cluster_lost() cancels a pass stuck on a GCS that is gone.
@@ -75,10 +76,13 @@ class Reconciler:
             finally:
                 self._pass.cancel()  # this loop cancelled: the pass with it (no-op when done)
             failure = None if self._pass.cancelled() else self._pass.exception()
-            if isinstance(failure, errors.Unavailable):
-                log.info("reconcile pass skipped: %s", failure.message)
+            away = isinstance(failure, errors.Unavailable) and not self.ray.connected
+            if away:
+                if not skipping:  # once per outage, not every interval
+                    log.info("reconcile passes skipped: %s", failure.message)
             elif failure is not None:  # Redis or Ray away for now: the next pass retries
                 log.warning("reconcile pass failed", exc_info=failure)
+            skipping = away
             try:
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
             except TimeoutError:
