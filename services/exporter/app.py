@@ -1,6 +1,13 @@
 """ExporterApp: the exporter's parts wired together, with start, stop and readiness.
 
 Built inside the event loop (grpc.aio channels and redis.asyncio clients bind to it).
+
+The Ray cluster is reached through services/common/ray_connection.py (the trainer's
+mechanism): never `ray.init` without the configured address; NOT_SERVING, and UNAVAILABLE
+for ExportModel, until connected and while the cluster is away; on a Ray head restart the
+connection lets go of the lost cluster well before Ray would end this process, `_on_ray_lost`
+fails the exports in flight (WORKER_LOST) and marks deployments UNHEALTHY, and once connected
+to the new cluster the reconciler starts Serve and deploys every recorded deployment again.
 """
 
 from __future__ import annotations
@@ -12,12 +19,12 @@ import logging
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from paddleray.services.common.ray_connection import RayConnection
 from paddleray.services.exporter.deployment_store import DeploymentStore
 from paddleray.services.exporter.deployments import DeploymentManager
 from paddleray.services.exporter.exports import ExportManager
 from paddleray.services.exporter.models import ModelRegistry
 from paddleray.services.exporter.ray_exports import RayExportRunner
-from paddleray.services.exporter.ray_link import RayLink
 from paddleray.services.exporter.reconciler import Reconciler
 from paddleray.services.exporter.serving.controller import ServingController
 from paddleray.services.exporter.settings import ExporterSettings
@@ -33,13 +40,16 @@ class ExporterApp:
         self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=256)
         self.store = RegistryStore(self.redis)
         self.deployment_store = DeploymentStore(self.redis)
-        self.ray = RayLink(settings.ray_address)
+        self.ray = RayConnection(settings.ray_address, namespace="paddleray", service="exporter",
+                                 probe_interval_s=settings.ray_probe_interval_s,
+                                 lost_after_s=settings.ray_lost_after_s,
+                                 retry_interval_s=settings.ray_retry_interval_s)
         self.jobs = SchedulerJobs(settings.scheduler_address, settings.scheduler_auth_token,
                                   settings.scheduler_rpc_timeout_s)
         self.exports = ExportManager(
-            self.store, self.jobs, runner or RayExportRunner(settings.export_num_cpus), settings.storage_root,
-            settings.builder_allowlist, settings.replica_id, settings.owner_lease_s, settings.export_timeout_s,
-            cluster_connected=self.ray.connected,
+            self.store, self.jobs, runner or RayExportRunner(settings.export_num_cpus, connected=lambda: self.ray.connected),
+            settings.storage_root, settings.builder_allowlist, settings.replica_id, settings.owner_lease_s,
+            settings.export_timeout_s, cluster_connected=lambda: self.ray.connected,
         )
         self.models = ModelRegistry(self.store, settings.storage_root)
         self.controller = ServingController(grpc_port=settings.serving_grpc_port, http_host=settings.serving_http_host,
@@ -56,11 +66,10 @@ class ExporterApp:
         with contextlib.suppress(RedisError, OSError):
             await self.exports.sweep()
         self._tasks.append(asyncio.create_task(self.exports.run_sweeper(self.settings.sweep_interval_s)))
-        try:
-            await self.ray.connect()
-        except Exception:  # noqa: BLE001 - a cluster down at boot: NOT_SERVING until it answers
-            log.warning("the Ray cluster at %s cannot be reached yet; the reconciler keeps connecting",
-                        self.settings.ray_address, exc_info=True)
+        # A process that is a Ray driver already (tests) lends its connection, at once; otherwise
+        # the connection is made in the background (NOT_SERVING until then) and watched.
+        if not self.ray.adopt_existing():
+            self._tasks.append(asyncio.create_task(self.ray.run(self._on_ray_lost)))
         # Its first pass applies every recorded deployment (an exporter restart needs no manual step).
         self._tasks.append(asyncio.create_task(self.reconciler.run()))
 
@@ -70,7 +79,12 @@ class ExporterApp:
             await asyncio.wait_for(self.redis.ping(), 2.0)
         except (RedisError, OSError, TimeoutError):
             return False
-        return await self.ray.reachable()
+        return self.ray.connected
+
+    async def _on_ray_lost(self, reason: str) -> None:
+        """The cluster went with everything on it (no Ray call here: its GCS is gone)."""
+        await self.exports.cluster_lost(reason)
+        await self.reconciler.cluster_lost(reason)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -79,5 +93,6 @@ class ExporterApp:
         await self.controller.stop()  # detaches: Serve keeps serving for the next exporter
         with contextlib.suppress(RedisError, OSError):
             await self.exports.shutdown()
+        await self.ray.close()  # after the exports: their tasks are cancelled on the cluster
         await self.jobs.close()
         await self.redis.aclose()

@@ -5,7 +5,9 @@ returns; a background task on this exporter runs the export on the cluster (ray_
 and moves the version to VALIDATING, then READY, VALIDATION_FAILED or FAILED. The version
 names its owner (this replica); every replica keeps a lease (a Redis key with a TTL) while it
 lives, and a sweep on every replica fails the versions whose owner's lease is gone, so an
-exporter killed mid-export leaves no version stuck in EXPORTING.
+exporter killed mid-export leaves no version stuck in EXPORTING. When the Ray cluster is lost
+(a head restart: the export task ended with it), cluster_lost() fails this replica's exports
+in flight with WORKER_LOST and the connection's reason; export again once it is back.
 
 Tenants (common.identity): the version joins its model's tenant, which a new model takes from
 the caller's credential (an admin may name another). A job source must be the caller's to
@@ -67,6 +69,7 @@ class ExportManager:
         self.on_change = on_change or (lambda: None)
         self.cluster_connected = cluster_connected
         self._tasks: dict[str, asyncio.Task] = {}
+        self._records: dict[str, VersionRecord] = {}
 
     # -- ExportModel ---------------------------------------------------------------------
 
@@ -120,11 +123,24 @@ class ExportManager:
         task_request = self._task_request(spec, record, builder, config, source)
         task = asyncio.create_task(self._run(record, task_request, environment))
         self._tasks[record.version.name] = task
+        self._records[record.version.name] = record
         task.add_done_callback(functools.partial(self._forget, record.version.name))
         return record.version
 
     def _forget(self, name: str, _task: asyncio.Task) -> None:
         self._tasks.pop(name, None)
+        self._records.pop(name, None)
+
+    async def cluster_lost(self, reason: str) -> None:
+        """Ends the exports in flight FAILED (WORKER_LOST): their tasks ended with the cluster.
+        Calls no Ray (the runner cancels nothing once the connection says it is lost)."""
+        running = [(self._records[name], task) for name, task in self._tasks.items() if name in self._records]
+        for record, _ in running:
+            await self._write(record, failing(f"{reason}; the export task ended with it; export again",
+                                              K.FAILURE_KIND_WORKER_LOST))
+        for _, task in running:
+            task.cancel()
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
 
     async def _first_of_request(self, request_id: str) -> model_pb2.ModelVersion | None:
         record = await self.store.version_of_request(request_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import ray
@@ -13,8 +13,10 @@ from paddleray.services.exporter.export_task import run_export
 class RayExportRunner:
     """One Ray generator task per export, in the runtime env of the job it exports."""
 
-    def __init__(self, num_cpus: float = 1.0) -> None:
+    def __init__(self, num_cpus: float = 1.0, connected: Callable[[], bool] = lambda: True) -> None:
         self.num_cpus = num_cpus
+        # False once the cluster is lost: its tasks ended with it, and Ray is not called then.
+        self.connected = connected
 
     async def run(self, request: dict[str, Any], runtime_env: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         task = ray.remote(run_export).options(
@@ -33,5 +35,5 @@ class RayExportRunner:
                 yield await ref
             finished = True
         finally:
-            if not finished:  # timed out, or the exporter is shutting down: free the worker
+            if not finished and self.connected():  # timed out, or the exporter is shutting down: free the worker
                 ray.cancel(generator, force=True)

@@ -5,8 +5,16 @@ layer's ServedModel list and hands it to ServingController.apply (declarative: t
 state, every time it changed), then reads ServingController.status() and writes each
 deployment's observed state back (HEALTHY, UNHEALTHY with a reason, replica counts), and
 removes DELETING deployments once Serve no longer serves their name. A pass runs at start-up,
-after every change (wake), every interval, and again from scratch when the Ray cluster's
-identity changes (a head restart: Serve and its apps are gone) -- no manual step.
+after every change (wake), every interval, and again from scratch after every new connection
+to the Ray cluster (a head restart: Serve and its apps are gone) -- no manual step.
+
+A Ray head restart, step by step (the connection is services/common/ray_connection.py):
+the connection sees the cluster gone and calls the app's on_lost, which calls cluster_lost()
+here: the pass in flight is cancelled (it would wait on a dead GCS), every deployment is
+recorded UNHEALTHY with the reason, and no pass calls Ray while the cluster is away (they fail
+UNAVAILABLE, GetDeployment shows the recorded state). Once connected to the new cluster
+(`generation` grew), the next pass starts Serve again (ServingController.start) and applies
+every recorded deployment; each goes UPDATING, then HEALTHY when its apps run again.
 """
 
 from __future__ import annotations
@@ -17,10 +25,10 @@ from pathlib import Path
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
 from paddleray.services.common import errors
+from paddleray.services.common.ray_connection import RayConnection
 from paddleray.services.exporter import convert, deployment_spec
 from paddleray.services.exporter.deployment_store import DeploymentRecord, DeploymentStore
 from paddleray.services.exporter.exports import artifact_dir
-from paddleray.services.exporter.ray_link import RayLink
 from paddleray.services.exporter.serving import spec as serving
 from paddleray.services.exporter.store import RegistryStore
 
@@ -31,11 +39,11 @@ _DEFAULT_BATCH_WAIT_S = 0.005
 # Serve reports replicas it cannot place in a message, while the app stays DEPLOYING.
 _PLACEMENT_HINTS = ("to be scheduled", "resources required", "insufficient resources", "infeasible")
 _STATUS_TIMEOUT_S = 10.0
-_RECONNECT_AFTER = 3
+_ACTIVE = (D.DEPLOYMENT_STATE_DEPLOYING, D.DEPLOYMENT_STATE_UPDATING, D.DEPLOYMENT_STATE_HEALTHY)
 
 
 class Reconciler:
-    def __init__(self, deployments: DeploymentStore, registry: RegistryStore, controller, ray: RayLink,
+    def __init__(self, deployments: DeploymentStore, registry: RegistryStore, controller, ray: RayConnection,
                  storage_root: Path, interval_s: float = 5.0) -> None:
         self.deployments = deployments
         self.registry = registry
@@ -44,8 +52,8 @@ class Reconciler:
         self.storage_root = Path(storage_root)
         self.interval_s = interval_s
         self._wake = asyncio.Event()
-        self._cluster: str | None = None
-        self._unreachable = 0
+        self._generation = 0  # of the Ray connection the served state was applied on
+        self._pass: asyncio.Task | None = None
         self._started = False
         self._applied: str | None = None
         self._apply_error = ""
@@ -58,12 +66,23 @@ class Reconciler:
         self._wake.set()
 
     async def run(self) -> None:
+        skipping = False
         while True:
             self._wake.clear()
+            # A task of its own: cluster_lost() cancels a pass stuck on a GCS that is gone.
+            self._pass = asyncio.create_task(self.reconcile())
             try:
-                await self.reconcile()
-            except Exception:  # noqa: BLE001 - Redis or Ray away for now: the next pass retries
-                log.warning("reconcile pass failed", exc_info=True)
+                await asyncio.wait({self._pass})
+            finally:
+                self._pass.cancel()  # this loop cancelled: the pass with it (no-op when done)
+            failure = None if self._pass.cancelled() else self._pass.exception()
+            away = isinstance(failure, errors.Unavailable) and not self.ray.connected
+            if away:
+                if not skipping:  # once per outage, not every interval
+                    log.info("reconcile passes skipped: %s", failure.message)
+            elif failure is not None:  # Redis or Ray away for now: the next pass retries
+                log.warning("reconcile pass failed", exc_info=failure)
+            skipping = away
             try:
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
             except TimeoutError:
@@ -95,9 +114,30 @@ class Reconciler:
             await self._record_observation(record, status, problems.get(record.deployment_id, ""))
         self.passes += 1
 
+    async def cluster_lost(self, reason: str) -> None:
+        """The Ray cluster went (the connection's on_lost; no Ray call here): cancels the pass in
+        flight and records every active deployment UNHEALTHY until it is deployed again."""
+        if self._pass is not None:
+            self._pass.cancel()
+            await asyncio.wait({self._pass})
+        self._started, self._applied, self._applied_specs, self._apply_error = False, None, {}, ""
+        for record in await self.deployments.all():
+            d = record.deployment
+            if d.state not in _ACTIVE:
+                continue
+            observed = deployment_pb2.Deployment()
+            observed.CopyFrom(d)
+            observed.state = D.DEPLOYMENT_STATE_UNHEALTHY
+            observed.state_reason = f"{reason}; deployed again once the exporter is connected to the cluster again"
+            for status in observed.version_statuses:
+                status.state, status.running_replicas = D.DEPLOYMENT_STATE_UNHEALTHY, 0
+            await self.deployments.write_status(record, observed)
+
     async def live(self, deployment: deployment_pb2.Deployment) -> deployment_pb2.Deployment:
-        """The deployment with Serve's state now (GetDeployment); the stored one when Serve does
-        not answer in time."""
+        """The deployment with Serve's state now (GetDeployment); the stored one while the Ray
+        cluster is away or Serve does not answer in time."""
+        if not self.ray.connected:
+            return deployment
         try:
             status = await asyncio.wait_for(self.controller.status(), _STATUS_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - Ray away: show the last observation
@@ -141,24 +181,12 @@ class Reconciler:
         return observed
 
     async def _follow_cluster(self) -> None:
-        cluster = await self.ray.identity()
-        if cluster is None:
-            self._unreachable += 1
-            # A slow answer on a loaded machine is not a lost cluster: only after several passes
-            # is the driver's session (maybe pointing at a cluster that is gone) started again,
-            # which ends the exports it runs.
-            if self._unreachable >= _RECONNECT_AFTER or not self.ray.connected():
-                self._unreachable = 0
-                await self.ray.reconnect()
-                cluster = await self.ray.identity()
-            if cluster is None:
-                raise errors.Unavailable("the Ray cluster cannot be reached")
-        self._unreachable = 0
-        if cluster != self._cluster:
-            if self._cluster is not None:
-                log.warning("the Ray cluster changed (%s -> %s): deploying every deployment again", self._cluster,
-                            cluster)
-            self._cluster, self._started, self._applied = cluster, False, None
+        # UNAVAILABLE while the cluster is away: nothing is asked of Ray then.
+        self.ray.require()
+        if self.ray.generation != self._generation:
+            if self._generation:
+                log.warning("connected to the Ray cluster again: starting Serve and deploying every deployment again")
+            self._generation, self._started, self._applied = self.ray.generation, False, None
 
     async def _desired(self, records: list[DeploymentRecord]) -> tuple[list, dict[str, str]]:
         served, problems = [], {}

@@ -21,6 +21,14 @@ class ExporterSettings(ServiceSettings):
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the model registry.")
     ray_address: str = Field("auto", description="Ray cluster that runs exports and Ray Serve.")
+    # The connection to it: paddleray.services.common.ray_connection, as the trainer's.
+    ray_probe_interval_s: float = Field(1.0, gt=0, description="How often the exporter checks that its Ray cluster answers.")
+    # Ray itself ends a driver whose GCS has been gone for 60 s: let go of the cluster well before.
+    ray_lost_after_s: float = Field(
+        10.0, gt=0, le=45,
+        description="A cluster that does not answer for this long is lost: its exports fail and the exporter reconnects.",
+    )
+    ray_retry_interval_s: float = Field(2.0, gt=0, description="Wait between attempts to connect to Ray.")
 
     # Serving (services/exporter/serving): Ray Serve's proxies. The gRPC proxy (the v2 inference
     # API) binds every interface on this port (Serve has no host option for it); HTTP binds host.

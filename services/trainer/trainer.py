@@ -19,13 +19,13 @@ from typing import Any
 import ray
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors, names, paging
-from paddleray.services.trainer import ray_private, runs
+from paddleray.services.common import errors, names, paging, ray_private
+from paddleray.services.common.ray_connection import RayConnection
+from paddleray.services.trainer import runs
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
 from paddleray.services.trainer.logs import LogLine, LogReader, next_batch
 from paddleray.services.trainer.pool import WorkerPool
-from paddleray.services.trainer.ray_connection import RayConnection
 from paddleray.services.trainer.records import RunEvent, RunState
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.spec import run_spec
@@ -88,6 +88,7 @@ class Trainer:
         self.ray_connection = RayConnection(
             settings.ray_address,
             namespace="paddleray",
+            service="trainer",
             probe_interval_s=settings.ray_probe_interval_s,
             lost_after_s=settings.ray_lost_after_s,
             retry_interval_s=settings.ray_retry_interval_s,
@@ -133,6 +134,7 @@ class Trainer:
         """Fails the runs on the lost cluster without calling Ray (its GCS is gone)."""
         self.pool.forget()
         lost = [(executor, self._run_tasks.get(run_id)) for run_id, executor in self._executors.items()]
+        reason = f"{reason}; the run's actors ended with it"
         for executor, task in lost:
             executor.abandon(reason)
             if task is not None:

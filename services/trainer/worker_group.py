@@ -20,7 +20,8 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from paddleray.services.trainer import metrics, ray_private
+from paddleray.services.common import ray_private
+from paddleray.services.trainer import metrics
 from paddleray.services.trainer.backend import PaddleBackend, PaddleBackendConfig
 from paddleray.services.trainer.records import WorkerInfo
 from paddleray.services.trainer.spec import GroupSpec, WorkerResources

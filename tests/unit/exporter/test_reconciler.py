@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import field_mask_pb2
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
+from paddleray.services.common import errors
 from paddleray.services.exporter.deployments import DeploymentManager
 from paddleray.services.exporter.reconciler import Reconciler
 from paddleray.services.exporter.serving.controller import ServedModelStatus, VersionStatus
@@ -51,17 +52,16 @@ class Controller:
 
 
 class Cluster:
+    """The parts of RayConnection the reconciler reads (the real one needs a Ray head it can
+    stop: tests/e2e/test_exporter_ray_connection.py)."""
+
     def __init__(self) -> None:
-        self.head = "head-1"
+        self.generation = 1
+        self.connected = True
 
-    async def identity(self):
-        return self.head
-
-    def connected(self) -> bool:
-        return True
-
-    async def reconnect(self) -> None:
-        pass
+    def require(self) -> None:
+        if not self.connected:
+            raise errors.Unavailable("the Ray cluster cannot be reached")
 
 
 @pytest.fixture
@@ -133,9 +133,19 @@ async def test_updates_are_applied_and_a_new_cluster_gets_everything_again(
     assert [v.weight for v in controller.applied[-1][0].versions] == [50.0, 50.0]
     assert (await manager.get("deployments/prod")).state == D.DEPLOYMENT_STATE_HEALTHY
     applied = len(controller.applied)
-    cluster.head = "head-2"  # the Ray head restarted: Serve and its apps are gone
+    # The Ray head restarted: Serve and its apps are gone. While it is away nothing is applied
+    # and the deployment says why; once connected again everything is deployed again.
+    cluster.connected = False
+    await reconciler.cluster_lost("the Ray cluster at x was lost (restarted)")
+    lost = await manager.get("deployments/prod")
+    assert lost.state == D.DEPLOYMENT_STATE_UNHEALTHY and "was lost (restarted)" in lost.state_reason
+    with pytest.raises(errors.Unavailable):
+        await reconciler.reconcile()
+    assert controller.starts == 1 and len(controller.applied) == applied
+    cluster.connected, cluster.generation = True, 2
     await reconciler.reconcile()
     assert controller.starts == 2 and len(controller.applied) == applied + 1
+    assert (await manager.get("deployments/prod")).state == D.DEPLOYMENT_STATE_HEALTHY
 
 
 async def test_a_restarted_exporter_applies_every_recorded_deployment(

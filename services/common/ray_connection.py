@@ -1,18 +1,23 @@
-"""The trainer's connection to its Ray cluster: connect, watch, reconnect after a head restart.
+"""A Ray driver's connection to its cluster: connect, watch, reconnect after a head restart.
 
-Three facts of Ray 2.60 shape this (measured on a local head that was stopped and started):
+One mechanism for every service that is a Ray driver (the trainer, the exporter). Three facts
+of Ray 2.60 shape it (measured on a local head that was stopped and started):
 - A Ray API called before `ray.init` auto-initialises with *no* address, which attaches to
   whatever /tmp/ray/ray_current_cluster names (a dead earlier head, someone else's cluster).
   So the configured address is put in RAY_ADDRESS and auto-connect is turned off, and every
-  Ray use asks `require()` first, which answers UNAVAILABLE while not connected.
+  Ray use asks `require()` (or `connected`) first, which answers UNAVAILABLE while not connected.
 - While the GCS is down, `ray.init` and GCS calls such as `remove_placement_group` block (for
-  up to a minute), and after 60 s without its GCS Ray exits the driver process. So Ray is
-  only ever waited on in daemon threads, never on the event loop, and a lost cluster is
-  let go (`ray.shutdown()`, which returns in about 5 s then) well within that minute.
+  up to a minute), and after 60 s without its GCS Ray exits the driver process; a driver whose
+  GCS comes back as a *new* cluster is killed at once by Ray's `WrongClusterID` check (a
+  fatal C++ check: nothing in Python can catch it). So Ray is only ever waited on in daemon
+  threads, never on the event loop, and a lost cluster is let go (`ray.shutdown()`, which
+  returns in about 5 s then) well within that minute, before the head is back.
 - A driver survives its head going away: after `ray.shutdown()` the same process can
-  `ray.init` the restarted head. Actors of the old cluster are gone (without GCS fault
-  tolerance a head restart ends every actor), so runs active at that moment are failed by
-  the caller's `on_lost` and retried by the scheduler from their last checkpoint.
+  `ray.init` the restarted head. Everything of the old cluster is gone (without GCS fault
+  tolerance a head restart ends every actor, Serve's included), so the caller's `on_lost`
+  ends what ran there (the trainer's runs, the exporter's exports) and, once connected again
+  (`generation` grows by one), the caller sets up again what it needs (the exporter
+  re-deploys every recorded deployment).
 
 A restarted head is told apart from a short GCS hiccup by a marker written into the GCS's
 key-value store at connect time: a new cluster does not have it.
@@ -32,15 +37,13 @@ from typing import Any
 
 import ray
 
-from paddleray.services.common import errors
-from paddleray.services.trainer import ray_private
+from paddleray.services.common import errors, ray_private
 
 log = logging.getLogger(__name__)
 
-# Each connection writes a key of its own: several trainers (replicas, or a test stack beside
-# another) may drive one cluster, and a shared key would make each see the others' write as
-# a restart.
-_MARKER_PREFIX = b"paddleray/trainer-connection/"
+# Each connection writes a key of its own (paddleray/<service>-connection/<uuid>): several
+# drivers (replicas, a trainer and an exporter, or a test stack beside another) may drive one
+# cluster, and a shared key would make each see the others' write as a restart.
 _MARKER_NAMESPACE = b"paddleray"
 
 
@@ -85,16 +88,20 @@ def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> N
 
 
 class RayConnection:
+    """`service` names the driver in its GCS marker and logs ("trainer", "exporter")."""
+
     def __init__(
         self,
         address: str,
         namespace: str,
+        service: str,
         probe_interval_s: float = 1.0,
         lost_after_s: float = 10.0,
         retry_interval_s: float = 2.0,
     ) -> None:
         self.address = address
         self.namespace = namespace
+        self.service = service
         self.probe_interval_s = probe_interval_s
         self.lost_after_s = lost_after_s
         self.retry_interval_s = retry_interval_s
@@ -103,6 +110,9 @@ class RayConnection:
         self._marker = b""
         self._problem = "not connected yet"
         self.reconnects = 0
+        # Connections made so far (adopted included): a caller that sets up state on the cluster
+        # (Serve apps) does it again when this changes.
+        self.generation = 0
 
     @property
     def connected(self) -> bool:
@@ -116,12 +126,24 @@ class RayConnection:
     def adopt(self) -> None:
         """Uses a connection this process made elsewhere (tests drive Ray from the test
         process): it is not watched, reconnected or shut down from here."""
+        self.generation += 1
         self._set(True)
+
+    def adopt_existing(self) -> bool:
+        """Adopts this process's Ray connection when it has one not made here; True if it did."""
+        if ray.is_initialized() and not self._owned:
+            self.adopt()
+            return True
+        return False
+
+    async def run(self, on_lost: Callable[[str], Awaitable[None]]) -> None:
+        """connect(), then watch(on_lost): the whole life of the connection, as a task."""
+        await self.connect()
+        await self.watch(on_lost)
 
     async def connect(self) -> None:
         """Returns once connected to the configured address, trying again until then."""
-        if ray.is_initialized() and not self._owned:
-            self.adopt()
+        if self.adopt_existing():
             return
         forbid_addressless_init(self.address)
         attempt = 0
@@ -144,11 +166,16 @@ class RayConnection:
                     await in_daemon_thread(_shutdown_quietly)
                 await asyncio.sleep(self.retry_interval_s)
         self._owned = True
-        log.info("connected to Ray at %s after %d attempt(s)", self.address, attempt)
+        self.generation += 1
+        log.info("%s connected to Ray at %s after %d attempt(s)", self.service, self.address, attempt)
         self._set(True)
 
     async def watch(self, on_lost: Callable[[str], Awaitable[None]]) -> None:
-        """Probes the cluster; reconnects when it is lost, after `on_lost(reason)`."""
+        """Probes the cluster; reconnects when it is lost, after `on_lost(reason)`.
+
+        `on_lost` runs while `connected` is already False, and must not call Ray (its GCS is
+        gone): it ends what ran on the cluster, then the driver is shut down and reconnected.
+        """
         if not self._owned:
             return
         failing_since: float | None = None
@@ -168,12 +195,12 @@ class RayConnection:
             self._problem = state
             self._set(False)
             if state == "restarted" or now - failing_since >= self.lost_after_s:
-                reason = (
-                    f"the Ray cluster at {self.address} was lost ({state}); "
-                    "the run's actors ended with it"
-                )
+                reason = f"the Ray cluster at {self.address} was lost ({state})"
                 log.warning("%s; reconnecting", reason)
-                await on_lost(reason)
+                try:
+                    await on_lost(reason)
+                except Exception:  # noqa: BLE001 - the driver must be let go of within Ray's minute
+                    log.exception("on_lost failed")
                 await in_daemon_thread(_shutdown_quietly)
                 self.reconnects += 1
                 await self.connect()
@@ -202,7 +229,7 @@ class RayConnection:
 
     def _init(self) -> bytes:
         ray.init(address=self.address, namespace=self.namespace, log_to_driver=False)
-        marker = _MARKER_PREFIX + uuid.uuid4().hex.encode()
+        marker = f"paddleray/{self.service}-connection/{uuid.uuid4().hex}".encode()
         _gcs().internal_kv_put(marker, b"1", True, _MARKER_NAMESPACE, timeout=10)
         return marker
 

@@ -1,5 +1,5 @@
-"""The Ray private APIs the trainer needs, in one place, so a Ray upgrade that moves them
-fails one test (tests/unit/trainer/test_ray_private.py) instead of a run at dispatch time.
+"""The Ray private APIs the services need, in one place, so a Ray upgrade that moves them
+fails one test (tests/unit/common/test_ray_private.py) instead of a run at dispatch time.
 
 - available_resources_per_node: what each node has free; Ray's public API gives only the
   cluster's sum (ray.available_resources) and each node's total (ray.nodes), and the
@@ -8,10 +8,10 @@ fails one test (tests/unit/trainer/test_ray_private.py) instead of a run at disp
   takes local directories only in a job's runtime env (ray.init); an actor's runtime env must
   name a URI, so the trainer packages the directory the way ray.init would.
 - disable_auto_connect: turns off Ray's auto-init hook (the switch behind
-  RAY_ENABLE_AUTO_CONNECT=0, which Ray reads once at import, too early for the trainer to
+  RAY_ENABLE_AUTO_CONNECT=0, which Ray reads once at import, too early for a service to
   set it), so a Ray API used before ray.init fails instead of attaching to any cluster.
 - gcs_client: the connected driver's GCS client, whose key-value calls take a timeout
-  (ray.experimental.internal_kv's do not), for the trainer's liveness probe of its cluster.
+  (ray.experimental.internal_kv's do not), for the liveness probe of ray_connection.py.
 All are imported when called: importing this module never touches Ray's internals.
 """
 

@@ -1,4 +1,4 @@
-"""The Ray private APIs the trainer wraps (ray_private.py) still exist where it imports them.
+"""The Ray private APIs the services wrap (services/common/ray_private.py) still exist where it imports them.
 
 If this fails after a Ray upgrade, the APIs moved: find their new home (or a public
 replacement) and change ray_private.py, the one module that imports them.
@@ -28,7 +28,7 @@ def test_upload_working_dir_if_needed_takes_the_arguments_the_trainer_passes():
 
 
 def test_a_runtime_env_without_a_working_dir_passes_through_untouched():
-    from paddleray.services.trainer import ray_private
+    from paddleray.services.common import ray_private
 
     env = {"env_vars": {"A": "1"}}
     assert ray_private.upload_working_dir(env) == env
@@ -42,7 +42,7 @@ def test_the_auto_connect_switch_is_where_ray_private_sets_it():
 
 @pytest.mark.integration
 def test_the_drivers_gcs_client_answers_key_value_calls_with_a_timeout(ray_cluster):
-    from paddleray.services.trainer import ray_private
+    from paddleray.services.common import ray_private
 
     client = ray_private.gcs_client()
     client.internal_kv_put(b"ray-private-test", b"1", True, b"paddleray", timeout=10)
