@@ -5,7 +5,10 @@ package digest, placement):
 a process can join only one Paddle collective group, so a rank cannot move to another
 group, but the same ranks can run the next run of the same shape at once. An idle group
 still holds its placement group, so when a run of another shape cannot be placed, idle
-groups are evicted (oldest first) to make room; idle groups are also released after a TTL.
+groups are evicted (oldest first) to make room; idle groups are also released after a TTL,
+and at once (oldest first, one per check) while anything else on the cluster waits for
+resources: an export task, a Serve replica or another driver's actors are pending in Ray's
+resource demands, which the pool would otherwise starve until the TTL.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from paddleray.services.trainer import metrics
@@ -38,12 +41,17 @@ class WorkerPool:
         idle_ttl_s: float = 300.0,
         evict_after_s: float = 0.5,
         init_timeout_s: float = 120.0,
+        demand_check_s: float = 1.0,
+        demand_waiting: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.max_idle_groups = max_idle_groups
         self.idle_ttl_s = idle_ttl_s
         # How long a new placement group may wait before idle groups make room for it.
         self.evict_after_s = evict_after_s
         self.init_timeout_s = init_timeout_s
+        # Whether the cluster has resource demands it cannot meet now (pending_demand below).
+        self.demand_check_s = demand_check_s
+        self.demand_waiting = demand_waiting
         self._idle: list[_Idle] = []
 
     async def acquire(self, spec: GroupSpec, on_placed: Callable[[], None] | None = None) -> tuple[WorkerGroup, bool]:
@@ -105,9 +113,29 @@ class WorkerPool:
         return len(expired)
 
     async def run_reaper(self) -> None:
+        reap_every = max(self.idle_ttl_s / 4, 0.5)
+        last_reap = time.monotonic()
         while True:
-            await asyncio.sleep(max(self.idle_ttl_s / 4, 0.5))
-            self.reap()
+            await asyncio.sleep(min(reap_every, self.demand_check_s) if self.demand_waiting else reap_every)
+            if time.monotonic() - last_reap >= reap_every:
+                self.reap()
+                last_reap = time.monotonic()
+            await self.yield_to_demand()
+
+    async def yield_to_demand(self) -> bool:
+        """Releases the oldest idle group when other work waits for resources; True if one went."""
+        if not self._idle or self.demand_waiting is None:
+            return False
+        try:
+            waiting = await self.demand_waiting()
+        except Exception as exc:  # noqa: BLE001 - no answer: keep the groups, ask again next time
+            log.debug("could not read the cluster's pending demand: %s", exc)
+            return False
+        if waiting and self.evict_oldest():
+            log.info("released an idle worker group: other work waits for resources")
+            metrics.POOL_REQUESTS.labels(result="yielded").inc()
+            return True
+        return False
 
     def idle_resources(self) -> dict[str, float]:
         """What idle groups hold: reserved in Ray, yet free for any run (they are evicted)."""
@@ -166,3 +194,13 @@ class WorkerPool:
 
 async def _await(ref):
     return await ref
+
+
+def pending_demand(gcs_address: str) -> bool:
+    """Whether tasks, actors or placement groups wait for resources on the cluster now (Ray's
+    autoscaler state, which the GCS keeps also when no autoscaler runs). Blocking: call it in
+    a thread while the connection is up."""
+    from ray.autoscaler.v2.sdk import get_cluster_status
+
+    demands = get_cluster_status(gcs_address).resource_demands
+    return bool(demands.ray_task_actor_demand or demands.placement_group_demand)

@@ -31,6 +31,10 @@ class TrainerSettings(ServiceSettings):
     )
     pool_max_idle_groups: int = Field(4, ge=0, description="Warm worker groups kept between runs; 0 disables the pool.")
     pool_idle_ttl_s: float = Field(300.0, gt=0, description="Idle warm groups are released after this long.")
+    pool_yield_to_demand: bool = Field(
+        True, description="Release idle warm groups (oldest first, one a second) while other work on the cluster "
+        "(exports, Serve replicas, other drivers) waits for resources.",
+    )
     stop_grace_s: float = Field(
         10.0, ge=0, description="Time ranks get to return after a stop (StopRun default, timeouts) before they are killed."
     )

@@ -20,12 +20,12 @@ import ray
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors, names, paging, ray_private
-from paddleray.services.common.ray_connection import RayConnection
+from paddleray.services.common.ray_connection import RayConnection, in_daemon_thread
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
 from paddleray.services.trainer.logs import LogLine, LogReader, next_batch
-from paddleray.services.trainer.pool import WorkerPool
+from paddleray.services.trainer.pool import WorkerPool, pending_demand
 from paddleray.services.trainer.records import RunEvent, RunState
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.spec import run_spec
@@ -80,6 +80,7 @@ class Trainer:
             max_idle_groups=settings.pool_max_idle_groups,
             idle_ttl_s=settings.pool_idle_ttl_s,
             init_timeout_s=settings.collective_init_timeout_s,
+            demand_waiting=self._demand_waiting if settings.pool_yield_to_demand else None,
         )
         self._executors: dict[str, RunExecutor] = {}
         self._run_tasks: dict[str, asyncio.Task] = {}
@@ -129,6 +130,12 @@ class Trainer:
     async def ready(self) -> bool:
         """What health reports: SERVING only once earlier runs are loaded and Ray is connected."""
         return self._loaded and self.ray_connection.connected
+
+    async def _demand_waiting(self) -> bool:
+        """Whether other work waits for resources on the cluster (the pool then lets go)."""
+        if not self.ray_connection.connected:
+            return False
+        return bool(await in_daemon_thread(lambda: pending_demand(ray.get_runtime_context().gcs_address)))
 
     async def _on_ray_lost(self, reason: str) -> None:
         """Fails the runs on the lost cluster without calling Ray (its GCS is gone)."""

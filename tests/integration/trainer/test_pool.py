@@ -40,3 +40,22 @@ def test_idle_groups_are_released_after_their_ttl(client, trainer):
     assert released >= 1 and trainer.pool.idle_count() == 0
     assert metrics.POOL_IDLE_GROUPS._value.get() == 0
     wait_until(lambda: ray.available_resources().get("CPU", 0) == 2, timeout=60, message="the CPUs to be free")
+
+
+def test_idle_groups_make_room_for_other_work_waiting_on_the_cluster(client, trainer):
+    # An idle pair holds both CPUs; a task of another driver (here the test process: in the
+    # stack, an export or a Serve replica) waits in Ray's demand and the pool lets go at once,
+    # long before the TTL.
+    assert trainer.pool.idle_ttl_s >= 60
+    pair = client.wait_done(client.start("hello", {"lines": 0}, num_workers=2).name)
+    assert pair.state == run_pb2.RUN_STATE_SUCCEEDED and trainer.pool.idle_count() >= 1
+    yielded = metrics.POOL_REQUESTS.labels(result="yielded")._value.get()
+
+    @ray.remote(num_cpus=1)
+    def elsewhere() -> str:
+        return "ran"
+
+    started = time.monotonic()
+    assert ray.get(elsewhere.remote(), timeout=60) == "ran"
+    assert time.monotonic() - started < trainer.pool.idle_ttl_s / 2
+    assert metrics.POOL_REQUESTS.labels(result="yielded")._value.get() > yielded
