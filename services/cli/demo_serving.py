@@ -14,7 +14,8 @@ from paddleray.services.cli import output
 from paddleray.services.cli.demo_report import percentile
 from paddleray.services.cli.demo_training import DemoFailed
 from paddleray.services.client import Client
-from paddleray.services.client.exporter import Exporter, Inference
+from paddleray.services.client.exporter import Exporter
+from paddleray.services.client.inference import Inference
 from paddleray.services.trainer.examples import digits_data
 from paddleray.services.trainer.examples.config import TrainConfig
 
