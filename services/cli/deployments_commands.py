@@ -115,9 +115,11 @@ def print_deployment(deployment: deployment_pb2.Deployment) -> None:
         ("traffic", traffic_text(deployment) + "  (version=percent)"),
         ("replicas", replicas),
         ("per replica", f"cpus={format_number(resources.num_cpus)} gpus={format_number(resources.num_gpus)}"),
-        ("batching", f"max {batching.max_batch_size}, wait {batching.batch_wait_timeout.ToNanoseconds() / 1e6:g} ms"
-                     if batching.max_batch_size > 1 else "off"),
-        ("backend", enum_name(model_pb2.Backend, deployment.backend, "BACKEND_")),
+        ("batching", f"max {batching.max_batch_size}, wait " + (
+            f"{batching.batch_wait_timeout.ToNanoseconds() / 1e6:g} ms" if batching.HasField("batch_wait_timeout")
+            else "5 ms (default)") if batching.max_batch_size > 1 else "off"),
+        ("backend", enum_name(model_pb2.Backend, deployment.backend, "BACKEND_")
+         if deployment.backend else "auto (per version, the fastest that passed validation)"),
         ("created", when(deployment.create_time)), ("updated", when(deployment.update_time)),
     ])
     if deployment.version_statuses:
@@ -157,7 +159,7 @@ def _finish(client: Client, deployment: deployment_pb2.Deployment, verb: str, wa
         output.emit(fmt, output.as_data(deployment))
         return
     output.console().print(f"{verb} {deployment.name} ({deployment_state(deployment.state)}); "
-                           f"follow it with `paddleray deployments get {deployment.name}`", markup=False)
+                           f"follow it with `paddleray deployments get {deployment.name}`", markup=False, soft_wrap=True)
 
 
 @app.command()

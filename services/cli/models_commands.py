@@ -62,14 +62,16 @@ def parse_labels(items: list[str] | None, option: str = "--label") -> dict[str, 
 def print_validation(version: model_pb2.ModelVersion) -> None:
     """The validation figures (static vs dynamic model, per backend) and the written artifacts."""
     validation = version.validation
+    out = output.console()
     if validation.backends:
         rows = [[enum_name(model_pb2.Backend, b.backend, "BACKEND_"), "yes" if b.passed else "NO",
                  f"{b.max_abs_error:.2e}", f"{b.max_rel_error:.2e}", f"{b.median_latency.ToNanoseconds() / 1e6:.3f}",
                  b.message or "-"] for b in validation.backends]
-        output.table(("backend", "passed", "max abs error", "max rel error", "median ms", "message"), rows,
-                     title=f"validation: static vs dynamic model on {validation.num_samples} sample batches "
-                           f"(atol {validation.atol:g}, rtol {validation.rtol:g})")
-    out = output.console()
+        # A line of its own, not the table's title: a plain table in a pipe has none.
+        out.print(f"validation: static vs dynamic model on {validation.num_samples} sample batches "
+                  f"(atol {validation.atol:g}, rtol {validation.rtol:g}): {'passed' if validation.passed else 'FAILED'}",
+                  markup=False, highlight=False, soft_wrap=True)
+        output.table(("backend", "passed", "max abs error", "max rel error", "median ms", "message"), rows)
     for artifact in version.artifacts:
         out.print(f"artifact {enum_name(model_pb2.ExportFormat, artifact.format, 'EXPORT_FORMAT_')}: "
                   f"{artifact.uri} ({artifact.size_bytes:,} bytes)", markup=False, highlight=False, soft_wrap=True)

@@ -9,7 +9,7 @@ import typer
 from paddleray.services.cli import output, session
 from paddleray.services.cli.output import Format, OutputOption
 from paddleray.services.client import ConfigError
-from paddleray.services.client.tensors import parse_input
+from paddleray.services.client.tensors import parse_input, v2_datatype
 
 InputOption = typer.Option(
     ..., "--input", "-i",
@@ -51,13 +51,11 @@ def predict(
         return
     out = output.console()
     out.print(f"model_name {prediction.model_name!r} version {prediction.model_version}", markup=False, highlight=False)
-    rows = []
     for name, array in prediction.outputs.items():
-        with np.printoptions(precision=4, threshold=60, edgeitems=3, linewidth=1 << 20):
-            values = np.array2string(array, separator=", ")
-        rows.append([name, str(array.dtype), str(list(array.shape)), values])
-    output.table(("output", "dtype", "shape", "values"), rows)
-    for name, array in prediction.outputs.items():
+        # A header line, then the values: a multi-line array does not fit a table cell in a pipe.
+        out.print(f"{name} {v2_datatype(array, name)} {list(array.shape)}", markup=False, highlight=False)
+        with np.printoptions(precision=4, threshold=200, edgeitems=4, linewidth=max(out.width, 40)):
+            out.print(np.array2string(array, separator=", "), markup=False, highlight=False, soft_wrap=True)
         if array.ndim == 2 and array.dtype.kind == "f" and array.shape[1] > 1:
-            out.print(f"{name} argmax per row: {array.argmax(axis=1).tolist()}", markup=False, highlight=False,
+            out.print(f"argmax per row: {array.argmax(axis=1).tolist()}", markup=False, highlight=False,
                       soft_wrap=True)

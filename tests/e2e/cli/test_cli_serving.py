@@ -57,7 +57,7 @@ def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, tmp_path):
 
     exported = _ok(cli("models", "export", "--job", job, "--model", MODEL, "--wait"))
     assert f"models/{MODEL}/versions/1 READY" in exported.stdout
-    assert "validation: static vs dynamic model" in exported.stdout and "PADDLE_INFERENCE" in exported.stdout
+    assert "validation: static vs dynamic model" in exported.stdout and "PADDLE_INFERENCE" in exported.stdout, exported.stdout
     assert job in exported.stdout
     checkpoint = _json(cli("jobs", "get", job, "-o", "json"))["latest_checkpoint"]["uri"]
     second = _json(cli("models", "export", "--checkpoint", checkpoint, "--builder", f"{MLP}:build_model",
