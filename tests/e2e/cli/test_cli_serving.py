@@ -124,5 +124,7 @@ def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, tmp_path):
     assert all(d["name"] != f"deployments/{MODEL}" for d in _json(cli("deployments", "list", "-o", "json")))
     nowhere = cli("predict", MODEL, "--input", f"x=@{rows}")
     assert nowhere.exit_code == ExitCode.REJECTED and "no deployment serves model_name" in nowhere.stderr
+    assert f"deleted models/{MODEL}/versions/2" in _ok(cli("models", "delete", f"{MODEL}/versions/2")).stdout
+    assert [v["name"] for v in _json(cli("models", "versions", MODEL, "-o", "json"))] == [f"models/{MODEL}/versions/1"]
     assert f"deleted models/{MODEL}" in _ok(cli("models", "delete", MODEL)).stdout
     assert cli("models", "get", MODEL).exit_code == ExitCode.REJECTED
