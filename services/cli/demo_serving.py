@@ -10,11 +10,12 @@ import numpy as np
 from rich.console import Console
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
-from paddleray.services.cli import output
 from paddleray.services.cli.demo_report import percentile
 from paddleray.services.cli.demo_training import DemoFailed
+from paddleray.services.cli.models_commands import print_validation
 from paddleray.services.client import Client
-from paddleray.services.client.exporter import Exporter, Inference
+from paddleray.services.client.exporter import Exporter
+from paddleray.services.client.inference import Inference
 from paddleray.services.trainer.examples import digits_data
 from paddleray.services.trainer.examples.config import TrainConfig
 
@@ -46,16 +47,7 @@ def export(client: Client, console: Console, job: str, model_id: str, timeout_s:
     console.print(f"from {done.source_job} checkpoint epoch {source.epoch} "
                   f"(accuracy {source.metrics.get('accuracy', float('nan')):.4f}): {source.uri}",
                   markup=False, highlight=False, soft_wrap=True)
-    validation = done.validation
-    rows = [[_state(model_pb2.Backend, b.backend, "BACKEND_"), "yes" if b.passed else "NO", f"{b.max_abs_error:.2e}",
-             f"{b.max_rel_error:.2e}", f"{b.median_latency.ToNanoseconds() / 1e6:.3f}", b.message or "-"]
-            for b in validation.backends]
-    output.table(("backend", "passed", "max abs error", "max rel error", "median ms", "message"), rows,
-                 title=f"validation: static vs dynamic model on {validation.num_samples} sample batches "
-                       f"(atol {validation.atol:g}, rtol {validation.rtol:g})")
-    for artifact in done.artifacts:
-        console.print(f"artifact {_state(model_pb2.ExportFormat, artifact.format, 'EXPORT_FORMAT_')}: "
-                      f"{artifact.uri} ({artifact.size_bytes:,} bytes)", markup=False, highlight=False, soft_wrap=True)
+    print_validation(done)
     return done
 
 

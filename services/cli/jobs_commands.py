@@ -204,7 +204,6 @@ def get(
     if fmt != Format.table:
         output.emit(fmt, output.as_data(job))
         return
-    out = output.console()
     config = structs.to_python(job.spec.config)
     rows = [
         ("name", job.name), ("state", state_name(job.state) + (f" ({job.state_reason})" if job.state_reason else "")),
@@ -218,9 +217,7 @@ def get(
         ("latest metrics", metrics_text(job.latest_metrics.metrics) or "-"),
         ("latest checkpoint", job.latest_checkpoint.uri or "-"),
     ]
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        out.print(f"{key.ljust(width)}  {value}", markup=False, highlight=False, soft_wrap=True)
+    output.pairs(rows)
 
 
 @app.command(name="logs")

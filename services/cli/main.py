@@ -13,9 +13,12 @@ from typer.core import TyperGroup
 
 from paddleray.services.cli import (
     demo,
+    deployments_commands,
     experiments_commands,
     jobs_commands,
+    models_commands,
     output,
+    predict_command,
     stack_commands,
 )
 from paddleray.services.cli.session import Session
@@ -51,6 +54,11 @@ StackDirOption = typer.Option(
 def connection(
     ctx: typer.Context,
     address: str = typer.Option(None, "--address", envvar="PADDLERAY_ADDRESS", help="Scheduler host:port."),
+    exporter_address: str = typer.Option(
+        None, "--exporter-address", envvar="PADDLERAY_EXPORTER_ADDRESS", help="Exporter host:port (default: --address)."),
+    inference_address: str = typer.Option(
+        None, "--inference-address", envvar="PADDLERAY_INFERENCE_ADDRESS",
+        help="v2 inference host:port (default: the endpoint of the deployment serving the model)."),
     token: str = typer.Option(None, "--token", envvar="PADDLERAY_TOKEN", help="Bearer token, when the services require one."),
     tls_ca: str = typer.Option(None, "--tls-ca", envvar="PADDLERAY_TLS_CA", help="PEM CA file: use TLS."),
     tls_cert: str = typer.Option(None, "--tls-cert", envvar="PADDLERAY_TLS_CERT", help="PEM client certificate (mTLS)."),
@@ -61,8 +69,8 @@ def connection(
     timeout: float = typer.Option(30.0, "--request-timeout", min=0.1, help="Deadline of each call, seconds."),
 ) -> None:
     ctx.obj = Session(
-        address=address, token=token, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, context=context,
-        config_file=config_file, state_dir=state_dir, timeout=timeout,
+        address=address, exporter_address=exporter_address, inference_address=inference_address, token=token,
+        tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, context=context, config_file=config_file, state_dir=state_dir, timeout=timeout,
     )
 
 
@@ -76,6 +84,9 @@ app.command(name="logs")(jobs_commands.logs)
 app.command(name="sweep")(experiments_commands.sweep)
 app.add_typer(jobs_commands.app, name="jobs")
 app.add_typer(experiments_commands.app, name="experiments")
+app.add_typer(models_commands.app, name="models")
+app.add_typer(deployments_commands.app, name="deployments")
+app.command(name="predict")(predict_command.predict)
 
 
 def main() -> None:

@@ -106,6 +106,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""
     out.print(shown)
 
 
+def pairs(rows: Sequence[tuple[str, str]]) -> None:
+    """One resource as aligned `key  value` lines (values wrap, never cut)."""
+    out = console()
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:
+        out.print(f"{key.ljust(width)}  {value}", markup=False, highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: ExitCode) -> typer.Exit:
     err_console().print(f"[red]error:[/red] {message}", markup=True, soft_wrap=True)
     return typer.Exit(int(code))

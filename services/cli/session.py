@@ -14,6 +14,8 @@ from paddleray.services.client import Client, ClientError, resolve
 @dataclass
 class Session:
     address: str | None = None
+    exporter_address: str | None = None
+    inference_address: str | None = None
     token: str | None = None
     tls_ca: str | None = None
     tls_cert: str | None = None
@@ -29,7 +31,8 @@ class Session:
         if self._client is None:
             try:
                 settings = resolve(
-                    address=self.address, token=self.token, tls_ca=self.tls_ca, tls_cert=self.tls_cert,
+                    address=self.address, exporter_address=self.exporter_address,
+                    inference_address=self.inference_address, token=self.token, tls_ca=self.tls_ca, tls_cert=self.tls_cert,
                     tls_key=self.tls_key, tls_server_name=self.tls_server_name, context=self.context,
                     config_file=self.config_file, state_dir=self.state_dir,
                 )

@@ -9,6 +9,7 @@ from paddleray.services.client.client import (
     job_name,
 )
 from paddleray.services.client.config import ConnectionConfig, TlsConfig, resolve
+from paddleray.services.client.deployments import ServingOptions, new_deployment
 from paddleray.services.client.errors import (
     ClientError,
     ConfigError,
@@ -18,11 +19,14 @@ from paddleray.services.client.errors import (
     Unreachable,
     WaitTimeout,
 )
+from paddleray.services.client.exporter import Exporter
+from paddleray.services.client.inference import Inference, Prediction
 from paddleray.services.client.specs import load_experiment, load_job
 from paddleray.services.client.streams import Reconnect
 
 __all__ = [
     "TERMINAL_EXPERIMENT_STATES", "TERMINAL_JOB_STATES", "Client", "ClientError", "ConfigError", "ConnectionConfig",
-    "NotConfigured", "Reconnect", "ServiceError", "SpecError", "TlsConfig", "Unreachable", "WaitTimeout",
-    "experiment_name", "job_name", "load_experiment", "load_job", "resolve",
+    "Exporter", "Inference", "NotConfigured", "Prediction", "Reconnect", "ServiceError", "ServingOptions", "SpecError",
+    "TlsConfig", "Unreachable", "WaitTimeout", "experiment_name", "job_name", "load_experiment", "load_job",
+    "new_deployment", "resolve",
 ]

@@ -7,6 +7,9 @@
         done = client.wait_job(job.name)          # follows WatchJob, resumes after a drop
         for line in client.job_logs(job.name):
             print(line.rank, line.text)
+        version = client.exporter.wait_model_version(client.exporter.export_model("digits", job=job.name).name)
+        client.exporter.create_deployment("digits", new_deployment("digits", {1: 100}))
+        outputs = client.inference("digits").predict("digits", {"x": rows}).outputs
 
 Every method raises a ClientError: ServiceError (the service said no), Unreachable (no answer
 after retries), WaitTimeout (a wait gave up; the job keeps running).
@@ -14,6 +17,7 @@ after retries), WaitTimeout (a wait gave up; the job keeps running).
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +35,8 @@ from paddleray.scheduler.v1 import (
 )
 from paddleray.services.client import channel, config, packaging
 from paddleray.services.client.errors import SpecError, Unreachable, WaitTimeout, translate
+from paddleray.services.client.exporter import Exporter
+from paddleray.services.client.inference import Inference
 from paddleray.services.client.streams import LogCursor, Reconnect, resuming
 
 J = job_pb2.JobState
@@ -75,6 +81,19 @@ class Client:
         opened = channel.open_channel(address, self.settings)
         self._channels.append(opened)
         return opened
+
+    @functools.cached_property
+    def exporter(self) -> Exporter:
+        """Models, versions and deployments, at the settings' exporter address."""
+        return Exporter(self)
+
+    def inference(self, model: str = "", address: str = "") -> Inference:
+        """The v2 inference endpoint: address, else the inference_address setting, else the
+        endpoint of the deployment that serves model (its serving_name), as the exporter reports it."""
+        address = address or self.settings.inference_address
+        if not address and model:
+            address = self.exporter.serving_endpoint(model)
+        return Inference(self, address)
 
     def close(self) -> None:
         for opened in self._channels:

@@ -1,23 +1,27 @@
-"""The SDK's exporter and inference calls: export a job's checkpoint, wait for the version,
-deploy it, wait for the deployment, and predict over the Open Inference Protocol v2."""
+"""The SDK's exporter calls: export a checkpoint as a model version and wait for it, the model
+registry, deployments on Ray Serve (create, update traffic and replicas, delete, wait), and
+where a served model's v2 endpoint is. Inference itself: inference.py."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import grpc
-import numpy as np
+from google.protobuf import field_mask_pb2
 
+from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import (
     deployment_pb2,
     exporter_service_pb2,
     exporter_service_pb2_grpc,
     model_pb2,
 )
-from paddleray.inference.v2 import grpc_service_pb2, grpc_service_pb2_grpc
+from paddleray.services.client.deployments import ServingOptions, deployment_name, model_name, traffic_targets
 from paddleray.services.client.errors import ConfigError, ServiceError, WaitTimeout
+from paddleray.services.common import structs
 
 V = model_pb2.ModelVersionState
 D = deployment_pb2.DeploymentState
@@ -25,12 +29,6 @@ TERMINAL_VERSION_STATES = frozenset({
     V.MODEL_VERSION_STATE_READY, V.MODEL_VERSION_STATE_VALIDATION_FAILED, V.MODEL_VERSION_STATE_FAILED,
 })
 SETTLED_DEPLOYMENT_STATES = frozenset({D.DEPLOYMENT_STATE_HEALTHY, D.DEPLOYMENT_STATE_UNHEALTHY})
-# v2 datatype names <-> numpy dtypes (the Open Inference Protocol's tensor data types).
-_V2_DTYPES = {
-    "BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
-    "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-    "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-}
 
 
 def _prefixed(collection: str, name: str) -> str:
@@ -48,15 +46,25 @@ class Exporter:
     def _call(self, method, request):
         return self._client.call(method, request, address=self.address)
 
-    def export_model(self, model: str, job: str = "", checkpoint_uri: str = "", formats: tuple[model_pb2.ExportFormat, ...] = (),
+    def export_model(self, model: str, job: str = "", checkpoint_uri: str = "",
+                     formats: tuple[model_pb2.ExportFormat, ...] = (), model_builder: str = "",
+                     model_config: Mapping[str, Any] | None = None, display_name: str = "",
+                     labels: Mapping[str, str] | None = None, runtime_env: common_pb2.RuntimeEnv | None = None,
                      request_id: str | None = None) -> model_pb2.ModelVersion:
+        """Starts exporting a job's best checkpoint (or a checkpoint directory under the storage
+        root, which needs model_builder) as a new version of model; returns it in EXPORTING."""
         request = exporter_service_pb2.ExportModelRequest(
-            parent=_prefixed("models", model), formats=formats, request_id=request_id or uuid.uuid4().hex,
+            parent=model_name(model), formats=formats, model_builder=model_builder, display_name=display_name,
+            labels=labels or {}, request_id=request_id or uuid.uuid4().hex,
         )
         if job:
             request.job = _prefixed("jobs", job)
         if checkpoint_uri:
             request.checkpoint_uri = checkpoint_uri
+        if model_config is not None:
+            request.model_config.CopyFrom(structs.to_struct(dict(model_config)))
+        if runtime_env is not None:
+            request.runtime_env.CopyFrom(runtime_env)
         return self._call(self.stub.ExportModel, request).model_version
 
     def get_model_version(self, name: str) -> model_pb2.ModelVersion:
@@ -66,10 +74,11 @@ class Exporter:
     def wait_model_version(self, name: str, timeout: float | None = None, poll_interval_s: float = 1.0,
                            on_update=None) -> model_pb2.ModelVersion:
         return _poll(lambda: self.get_model_version(name), lambda v: v.state in TERMINAL_VERSION_STATES,
-                     f"{name} is still exporting", timeout, poll_interval_s, on_update)
+                     lambda v: f"{v.name} is still {V.Name(v.state).removeprefix('MODEL_VERSION_STATE_')}",
+                     timeout, poll_interval_s, on_update)
 
     def get_model(self, name: str) -> model_pb2.Model:
-        return self._call(self.stub.GetModel, exporter_service_pb2.GetModelRequest(name=_prefixed("models", name))).model
+        return self._call(self.stub.GetModel, exporter_service_pb2.GetModelRequest(name=model_name(name))).model
 
     def list_models(self, limit: int | None = None) -> Iterator[model_pb2.Model]:
         yield from self._pages(
@@ -77,10 +86,18 @@ class Exporter:
             "models", limit)
 
     def list_model_versions(self, model: str, limit: int | None = None) -> Iterator[model_pb2.ModelVersion]:
-        parent = _prefixed("models", model)
+        parent = model_name(model)
         yield from self._pages(lambda token: self._call(
             self.stub.ListModelVersions, exporter_service_pb2.ListModelVersionsRequest(parent=parent, page_token=token),
         ), "model_versions", limit)
+
+    def delete_model(self, name: str) -> None:
+        """Deletes a model with its versions; FAILED_PRECONDITION while one is served or exporting."""
+        self._call(self.stub.DeleteModel, exporter_service_pb2.DeleteModelRequest(name=model_name(name)))
+
+    def delete_model_version(self, name: str) -> None:
+        request = exporter_service_pb2.DeleteModelVersionRequest(name=_prefixed("models", name))
+        self._call(self.stub.DeleteModelVersion, request)
 
     def create_deployment(self, deployment_id: str, deployment: deployment_pb2.Deployment,
                           request_id: str | None = None) -> deployment_pb2.Deployment:
@@ -90,23 +107,78 @@ class Exporter:
         return self._call(self.stub.CreateDeployment, request).deployment
 
     def get_deployment(self, name: str) -> deployment_pb2.Deployment:
-        request = exporter_service_pb2.GetDeploymentRequest(name=_prefixed("deployments", name))
+        request = exporter_service_pb2.GetDeploymentRequest(name=deployment_name(name))
         return self._call(self.stub.GetDeployment, request).deployment
 
     def wait_deployment(self, name: str, timeout: float | None = None, poll_interval_s: float = 1.0,
-                        on_update=None) -> deployment_pb2.Deployment:
-        return _poll(lambda: self.get_deployment(name), lambda d: d.state in SETTLED_DEPLOYMENT_STATES,
-                     f"{name} is still deploying", timeout, poll_interval_s, on_update)
+                        on_update=None, until_healthy: bool = False) -> deployment_pb2.Deployment:
+        """Polls until the deployment is HEALTHY or UNHEALTHY; with until_healthy only HEALTHY
+        ends the wait (an UNHEALTHY replica waiting for a free CPU recovers by itself), and
+        WaitTimeout's message carries the last state and its reason."""
+        settled = {D.DEPLOYMENT_STATE_HEALTHY} if until_healthy else SETTLED_DEPLOYMENT_STATES
+        return _poll(lambda: self.get_deployment(name), lambda d: d.state in settled,
+                     lambda d: f"{d.name} is still {D.Name(d.state).removeprefix('DEPLOYMENT_STATE_')}"
+                               + (f" ({d.state_reason})" if d.state_reason else ""),
+                     timeout, poll_interval_s, on_update)
 
-    def list_deployments(self, model: str = "", limit: int | None = None) -> Iterator[deployment_pb2.Deployment]:
-        model = _prefixed("models", model) if model else ""
-        yield from self._pages(lambda token: self._call(
-            self.stub.ListDeployments, exporter_service_pb2.ListDeploymentsRequest(model=model, page_token=token),
-        ), "deployments", limit)
+    def list_deployments(self, model: str = "", model_version: str = "",
+                         limit: int | None = None) -> Iterator[deployment_pb2.Deployment]:
+        """Deployments newest first, optionally only those serving a model or one version of it."""
+        request = exporter_service_pb2.ListDeploymentsRequest(
+            model=model_name(model) if model else "", model_version=_prefixed("models", model_version) if model_version else "",
+        )
+
+        def page(token: str):
+            request.page_token = token
+            return self._call(self.stub.ListDeployments, request)
+
+        yield from self._pages(page, "deployments", limit)
+
+    def update_deployment(self, name: str, traffic: Mapping[int, int] | None = None,
+                          options: ServingOptions | None = None) -> deployment_pb2.Deployment:
+        """Changes the traffic split (version number -> percent) and the given options, and
+        nothing else (the request's update_mask names only those); returns it in UPDATING."""
+        current = self.get_deployment(name)
+        wanted = deployment_pb2.Deployment()
+        wanted.CopyFrom(current)
+        paths = (options or ServingOptions()).apply(wanted)
+        if traffic is not None:
+            del wanted.traffic[:]
+            wanted.traffic.extend(traffic_targets(current.model, traffic))
+            paths.append("traffic")
+        if not paths:
+            raise ConfigError("nothing to change: give a traffic split or a serving option")
+        request = exporter_service_pb2.UpdateDeploymentRequest(
+            deployment=wanted, update_mask=field_mask_pb2.FieldMask(paths=paths))
+        return self._call(self.stub.UpdateDeployment, request).deployment
 
     def delete_deployment(self, name: str) -> deployment_pb2.Deployment:
-        request = exporter_service_pb2.DeleteDeploymentRequest(name=_prefixed("deployments", name))
+        """Stops serving it; returns it in DELETING (wait_deleted: until it is gone)."""
+        request = exporter_service_pb2.DeleteDeploymentRequest(name=deployment_name(name))
         return self._call(self.stub.DeleteDeployment, request).deployment
+
+    def wait_deleted(self, name: str, timeout: float | None = None, poll_interval_s: float = 1.0) -> None:
+        """Polls until the deployment is gone (its replicas stopped)."""
+        def gone() -> deployment_pb2.Deployment | None:
+            try:
+                return self.get_deployment(name)
+            except ServiceError as error:
+                if error.code == grpc.StatusCode.NOT_FOUND:
+                    return None
+                raise
+
+        _poll(gone, lambda d: d is None, lambda d: f"{deployment_name(name)} is still being deleted",
+              timeout, poll_interval_s, None)
+
+    def serving_endpoint(self, serving_name: str) -> str:
+        """The v2 endpoint of the deployment clients call as model_name serving_name."""
+        seen = []
+        for deployment in self.list_deployments():
+            if deployment.serving_name == serving_name and deployment.endpoint:
+                return deployment.endpoint
+            seen.append(deployment.serving_name)
+        raise ServiceError(grpc.StatusCode.NOT_FOUND, f"no deployment serves model_name {serving_name!r} "
+                                                      f"(served: {', '.join(seen) or 'none'})")
 
     @staticmethod
     def _pages(fetch, field: str, limit: int | None) -> Iterator:
@@ -123,51 +195,7 @@ class Exporter:
                 return
 
 
-class Inference:
-    """The Open Inference Protocol v2 endpoint (inference.GRPCInferenceService)."""
-
-    def __init__(self, client, address: str = "") -> None:
-        self._client = client
-        self.address = address or client.settings.inference_address
-        if not self.address:
-            raise ConfigError("no inference address: pass --inference-address or set PADDLERAY_INFERENCE_ADDRESS")
-        self.stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(client.open(self.address))
-
-    def server_live(self) -> bool:
-        return self._client.call(self.stub.ServerLive, grpc_service_pb2.ServerLiveRequest(), address=self.address).live
-
-    def server_ready(self) -> bool:
-        return self._client.call(self.stub.ServerReady, grpc_service_pb2.ServerReadyRequest(), address=self.address).ready
-
-    def infer(self, model: str, inputs: dict[str, np.ndarray], version: str = "") -> dict[str, np.ndarray]:
-        """Runs the model on named arrays; returns its outputs by name."""
-        request = grpc_service_pb2.ModelInferRequest(model_name=model, model_version=version)
-        for name, array in inputs.items():
-            array = np.ascontiguousarray(array)
-            datatype = next((k for k, v in _V2_DTYPES.items() if np.dtype(v) == array.dtype), None)
-            if datatype is None:
-                raise ConfigError(f"input {name!r}: dtype {array.dtype} has no v2 datatype")
-            request.inputs.add(name=name, datatype=datatype, shape=array.shape)
-            request.raw_input_contents.append(array.tobytes())
-        try:
-            response = self.stub.ModelInfer(request, timeout=self._client.timeout)
-        except grpc.RpcError as error:
-            raise ServiceError(error.code(), error.details() or "") from None
-        outputs = {}
-        for index, output in enumerate(response.outputs):
-            dtype = np.dtype(_V2_DTYPES[output.datatype])
-            if index < len(response.raw_output_contents):
-                data = np.frombuffer(response.raw_output_contents[index], dtype=dtype)
-            else:
-                contents = output.contents
-                field = {"FP32": "fp32_contents", "FP64": "fp64_contents", "INT64": "int64_contents",
-                         "INT32": "int_contents", "BOOL": "bool_contents"}.get(output.datatype, "fp32_contents")
-                data = np.asarray(getattr(contents, field), dtype=dtype)
-            outputs[output.name] = data.reshape(tuple(output.shape))
-        return outputs
-
-
-def _poll(get, done, message: str, timeout: float | None, interval: float, on_update):
+def _poll(get, done, describe, timeout: float | None, interval: float, on_update):
     deadline = None if timeout is None else time.monotonic() + timeout
     last = None
     while True:
@@ -178,5 +206,5 @@ def _poll(get, done, message: str, timeout: float | None, interval: float, on_up
         if done(current):
             return current
         if deadline is not None and time.monotonic() + interval > deadline:
-            raise WaitTimeout(f"{message} after {timeout:g}s")
+            raise WaitTimeout(f"{describe(current)} after {timeout:g}s")
         time.sleep(interval)

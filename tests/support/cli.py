@@ -16,13 +16,14 @@ MODULE = "cli_test_entrypoints"
 class Cli:
     """`paddleray ARGS` in process (typer's CliRunner), stdout and stderr apart."""
 
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, address: str | None, *options: str) -> None:
         self.address = address
+        self.options = list(options)  # connection options put before every command (--stack-dir D)
         self.runner = CliRunner()
 
     def __call__(self, *args: str, env: dict | None = None):
         prefix = ["--address", self.address] if self.address else []
-        return self.runner.invoke(app, [*prefix, *args], env=env, catch_exceptions=False)
+        return self.runner.invoke(app, [*prefix, *self.options, *args], env=env, catch_exceptions=False)
 
 
 def job_spec(tmp_path: Path, function: str, config: dict, **fields) -> Path:

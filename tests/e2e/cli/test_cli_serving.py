@@ -1,0 +1,130 @@
+"""`paddleray models | deployments | predict` against the real stack (exporter, Ray Serve on the
+session's Ray head), in one sequence because serving takes minutes on 2 cores: a trained job
+exported twice (from the job, and from its checkpoint with a builder), deployed, queried through
+the v2 endpoint, split 50/50, refused deletion while served, undeployed and deleted."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from paddleray.services.cli.output import ExitCode
+from paddleray.services.client import Client, ServiceError
+from paddleray.services.trainer.examples import digits_data
+from support.cli import Cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+MLP = "paddleray.services.trainer.examples.digits_mlp"
+CONFIG = {"epochs": 1, "hidden_sizes": [8]}
+MODEL = "cli-digits"
+
+
+@pytest.fixture
+def serving_cli(cli_stack) -> Cli:
+    # The scheduler from --address, the exporter from the stack's state file.
+    return Cli(cli_stack.address("scheduler"), "--stack-dir", cli_stack.state_dir)
+
+
+@pytest.fixture
+def cleanup(cli_stack, ray_cluster):
+    """Ray Serve on the shared head as none was: Serve keeps the gRPC port it was first started
+    with, so one left running by another exporter (an earlier test's, or this stack's for a later
+    test's) answers on a port other than the one that exporter reports as the endpoint. Never a
+    deployment left behind either: Serve replicas hold the shared head's CPUs."""
+    from ray import serve
+
+    serve.shutdown()
+    yield
+    with Client.connect(address=cli_stack.address("scheduler"), state_dir=cli_stack.state_dir) as client:
+        try:
+            client.exporter.delete_deployment(MODEL)
+            client.exporter.wait_deleted(MODEL, timeout=180)
+        except ServiceError:
+            pass
+    serve.shutdown()
+
+
+def _ok(result):
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    return result
+
+
+def _json(result):
+    return json.loads(_ok(result).stdout)
+
+
+def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, tmp_path):
+    cli = serving_cli
+    trained = _ok(cli("jobs", "submit", f"{MLP}:train", "--config", json.dumps(CONFIG), "--watch"))
+    job = next(line.split()[1] for line in trained.stdout.splitlines() if line.startswith("created "))
+
+    exported = _ok(cli("models", "export", "--job", job, "--model", MODEL, "--wait"))
+    assert f"models/{MODEL}/versions/1 READY" in exported.stdout
+    assert "validation: static vs dynamic model" in exported.stdout and "PADDLE_INFERENCE" in exported.stdout, exported.stdout
+    assert job in exported.stdout
+    checkpoint = _json(cli("jobs", "get", job, "-o", "json"))["latest_checkpoint"]["uri"]
+    second = _json(cli("models", "export", "--checkpoint", checkpoint, "--builder", f"{MLP}:build_model",
+                       "--config", json.dumps(CONFIG), "--model", MODEL, "--wait", "-o", "json"))
+    assert second["name"] == f"models/{MODEL}/versions/2" and second["state"] == "MODEL_VERSION_STATE_READY"
+    assert second["validation"]["passed"] is True
+
+    assert f"models/{MODEL}" in _ok(cli("models", "list")).stdout
+    versions = _json(cli("models", "versions", MODEL, "-o", "json"))
+    assert [v["name"] for v in versions] == [f"models/{MODEL}/versions/2", f"models/{MODEL}/versions/1"]
+    one = yaml.safe_load(_ok(cli("models", "get", f"models/{MODEL}/versions/1", "-o", "yaml")).stdout)
+    assert one["source_job"] == job and one["inputs"][0]["name"] == "x"
+    shown = _ok(cli("models", "get", MODEL))
+    assert "latest version  2" in shown.stdout and "versions/1" in shown.stdout
+
+    missing = cli("deployments", "create", MODEL, "--model", MODEL, "--version", "9")
+    assert missing.exit_code == ExitCode.REJECTED and "NOT_FOUND" in missing.stderr, missing.stderr
+
+    deployed = _ok(cli("deployments", "create", MODEL, "--model", MODEL, "--version", "1", "--cpus", "0.1", "--wait"))
+    assert "HEALTHY" in deployed.stdout and f"serving model_name '{MODEL}'" in deployed.stdout
+    listed = _json(cli("deployments", "list", "-o", "json"))
+    assert [d["serving_name"] for d in listed if d["name"] == f"deployments/{MODEL}"] == [MODEL]
+
+    features, labels = digits_data.load_split(0.2, 0)["validation"]
+    rows = tmp_path / "rows.npy"
+    np.save(rows, features[:16].astype(np.float64))  # float64: the CLI converts to the model's FP32
+    first = _json(cli("predict", MODEL, "--input", f"x=@{rows}", "-o", "json"))
+    assert first["model_version"] == "1"
+    [logits] = first["outputs"]
+    assert logits["shape"] == [16, 10] and logits["datatype"] == "FP32"
+    as_json = tmp_path / "rows.json"
+    as_json.write_text(json.dumps(features[:16].tolist()))
+    unnamed = _json(cli("predict", MODEL, "--input", f"@{as_json}", "-o", "json"))
+    np.testing.assert_allclose(unnamed["outputs"][0]["data"], logits["data"], rtol=1e-5)
+    accuracy = np.mean(np.argmax(np.asarray(logits["data"]), axis=1) == labels[:16])
+    assert accuracy > 0.2, accuracy  # 1 epoch of an 8-wide MLP: well above chance (0.1), not perfect
+    table = _ok(cli("predict", MODEL, "-i", f"x=@{rows}"))
+    assert "model_name 'cli-digits' version 1" in table.stdout and "argmax per row" in table.stdout
+    wrong = cli("predict", MODEL, "--input", f"y=@{rows}")
+    assert wrong.exit_code == ExitCode.USAGE and "unknown input 'y'" in wrong.stderr, wrong.stderr
+
+    _ok(cli("deployments", "update", MODEL, "--traffic", "1=50,2=50", "--wait"))
+    got = _json(cli("deployments", "get", MODEL, "-o", "json"))
+    assert {t["model_version"]: t["percent"] for t in got["traffic"]} == {
+        f"models/{MODEL}/versions/1": 50, f"models/{MODEL}/versions/2": 50}
+    assert got["state"] == "DEPLOYMENT_STATE_HEALTHY"
+    two = _json(cli("predict", MODEL, "--version", "2", "--input", f"x=@{rows}", "-o", "json"))
+    assert two["model_version"] == "2"
+    # The same weights (the job's only checkpoint), exported the two ways: the same logits.
+    np.testing.assert_allclose(two["outputs"][0]["data"], logits["data"], rtol=1e-4, atol=1e-5)
+    assert "1=50,2=50" in _ok(cli("deployments", "get", MODEL)).stdout
+
+    served = cli("models", "delete", MODEL)
+    assert served.exit_code == ExitCode.REJECTED and "FAILED_PRECONDITION" in served.stderr, served.stderr
+    gone = _ok(cli("deployments", "delete", MODEL, "--wait"))
+    assert f"deployments/{MODEL} deleted" in gone.stdout
+    assert all(d["name"] != f"deployments/{MODEL}" for d in _json(cli("deployments", "list", "-o", "json")))
+    nowhere = cli("predict", MODEL, "--input", f"x=@{rows}")
+    assert nowhere.exit_code == ExitCode.REJECTED and "no deployment serves model_name" in nowhere.stderr
+    assert f"deleted models/{MODEL}/versions/2" in _ok(cli("models", "delete", f"{MODEL}/versions/2")).stdout
+    assert [v["name"] for v in _json(cli("models", "versions", MODEL, "-o", "json"))] == [f"models/{MODEL}/versions/1"]
+    assert f"deleted models/{MODEL}" in _ok(cli("models", "delete", MODEL)).stdout
+    assert cli("models", "get", MODEL).exit_code == ExitCode.REJECTED
