@@ -56,7 +56,9 @@ class ExporterApp:
                                             http_port=settings.serving_http_port)
         self.reconciler = Reconciler(self.deployment_store, self.store, self.controller, self.ray, settings.storage_root,
                                      settings.reconcile_interval_s)
-        endpoint = settings.inference_endpoint or f"127.0.0.1:{settings.serving_grpc_port}"
+        def endpoint() -> str:
+            return settings.inference_endpoint or f"127.0.0.1:{self.controller.grpc_port}"
+
         self.deployments = DeploymentManager(self.deployment_store, self.store, endpoint, on_change=self.reconciler.wake,
                                              live=self.reconciler.live)
         self._tasks: list[asyncio.Task] = []

@@ -34,11 +34,13 @@ Live = Callable[[deployment_pb2.Deployment], Awaitable[deployment_pb2.Deployment
 
 
 class DeploymentManager:
-    def __init__(self, store: DeploymentStore, registry: RegistryStore, endpoint: str,
+    def __init__(self, store: DeploymentStore, registry: RegistryStore, endpoint: str | Callable[[], str],
                  on_change: Callable[[], None] | None = None, live: Live | None = None) -> None:
+        """endpoint: the v2 address shown on deployments, or a function giving it now (the port
+        Serve's proxy really uses is known once Serve runs: ServingController.grpc_port)."""
         self.store = store
         self.registry = registry
-        self.endpoint = endpoint
+        self._endpoint = endpoint if callable(endpoint) else (lambda: endpoint)
         self.on_change = on_change or (lambda: None)
         self.live = live
 
@@ -72,8 +74,13 @@ class DeploymentManager:
         self.on_change()
         return desired
 
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint()
+
     async def get(self, name: str) -> deployment_pb2.Deployment:
         record = await self._record(name)
+        record.deployment.endpoint = self.endpoint
         return await self.live(record.deployment) if self.live is not None else record.deployment
 
     async def list_deployments(self, page_size: int, page_token: str, model: str, model_version: str,
@@ -93,6 +100,7 @@ class DeploymentManager:
             found, more = await self.store.scan(_SCAN_CHUNK, after)
             for record, member in found:
                 d = record.deployment
+                d.endpoint = self.endpoint
                 if (narrowed and d.tenant != narrowed) or (model and d.model != model) or (model_version and all(
                         t.model_version != model_version for t in d.traffic)):
                     continue

@@ -88,7 +88,15 @@ class ServingController:
             http_options={"host": self.http_host, "port": self.http_port},
             grpc_options={"port": self.grpc_port, "grpc_servicer_functions": [SERVICER]},
         )
-        apps = self._details().get("applications") or {}
+        details = self._details()
+        # Serve keeps the proxy options it was first started with: attached to a Serve that an
+        # earlier exporter started on another port, the endpoint is that port, not ours.
+        serving_port = int((details.get("grpc_options") or {}).get("port") or self.grpc_port)
+        if serving_port != self.grpc_port:
+            logger.warning("Ray Serve on this cluster serves gRPC on port %d (started so before this exporter, "
+                           "configured for %d): deployments report port %d", serving_port, self.grpc_port, serving_port)
+            self.grpc_port = serving_port
+        apps = details.get("applications") or {}
         if sc.INGRESS_APP in apps:
             return
         self._deploy_sync(_model_apps(apps), {}, 0)

@@ -29,14 +29,8 @@ def serving_cli(cli_stack) -> Cli:
 
 
 @pytest.fixture
-def cleanup(cli_stack, ray_cluster):
-    """Ray Serve on the shared head as none was: Serve keeps the gRPC port it was first started
-    with, so one left running by another exporter (an earlier test's, or this stack's for a later
-    test's) answers on a port other than the one that exporter reports as the endpoint. Never a
-    deployment left behind either: Serve replicas hold the shared head's CPUs."""
-    from ray import serve
-
-    serve.shutdown()
+def cleanup(cli_stack):
+    """Never a deployment left behind: Serve replicas hold the stack's CPUs."""
     yield
     with Client.connect(address=cli_stack.address("scheduler"), state_dir=cli_stack.state_dir) as client:
         try:
@@ -44,7 +38,6 @@ def cleanup(cli_stack, ray_cluster):
             client.exporter.wait_deleted(MODEL, timeout=180)
         except ServiceError:
             pass
-    serve.shutdown()
 
 
 def _ok(result):

@@ -11,7 +11,9 @@ import pytest
 
 from paddleray.inference.v2 import grpc_service_pb2 as pb
 from paddleray.services.exporter.serving import codec
+from paddleray.services.exporter.serving.controller import ServingController
 from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from paddleray.services.localstack.ports import free_port
 from support.serving import dynamic_forward
 
 CPU = 0.1  # replicas reserve little so several fit on the 2-CPU test head
@@ -81,3 +83,13 @@ def test_status_shows_live_replicas(controller, served):
     assert set(status) == {"mlp", "two"}
     v1 = status["mlp"].versions["1"]
     assert v1.state == "READY" and v1.running_replicas == 1 and v1.target_replicas == 1 and v1.serving and v1.weight == 1.0
+
+
+def test_a_controller_joining_a_running_serve_reports_the_port_serve_really_uses(controller, served):
+    # Serve keeps the proxy options it was first started with: an exporter configured for
+    # another port that attaches to it (a restart with new settings, a second exporter) must
+    # report Serve's port as the endpoint, or clients dial a port nothing listens on.
+    other = ServingController(grpc_port=free_port(), http_host="127.0.0.1", http_port=free_port(),
+                              deploy_timeout_s=240)
+    asyncio.run(other.start())
+    assert other.grpc_port == controller.grpc_port
