@@ -1,4 +1,9 @@
-"""One Serve instance for the serving tests (Serve start is slow), on the shared Ray head."""
+"""One Serve instance for the serving tests (Serve start is slow), on the shared Ray head.
+
+Package-scoped (this folder is a package for that: pytest ends a package fixture with the
+folder only then): Serve is shut down after the last serving test, so that its replicas hold none
+of the shared head's 2 CPUs when the trainer's tests run (a 1-CPU worker did not fit beside
+them, and every trainer test waited out its timeout)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from paddleray.services.localstack.ports import free_port
 from support.serving import export_model
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def controller(ray_cluster):
     from ray import serve
 
@@ -26,7 +31,7 @@ def controller(ray_cluster):
     asyncio.run(ctl.stop(shutdown_serve=True))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stub(controller):
     channel = grpc.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
     yield grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)

@@ -24,6 +24,12 @@ ENTRYPOINTS = "trainer_test_entrypoints"
 def trainer_service(ray_cluster, tmp_path_factory):
     """One trainer per test module: warm groups carry over from test to test, and are released
     after the module so that they hold none of the shared head's CPUs for later tests."""
+    import ray
+
+    # Runs here take whole CPUs of the shared 2-CPU head: with anything an earlier test left
+    # (Serve replicas) holding part of one, every test would wait out its timeout instead.
+    wait_until(lambda: ray.available_resources().get("CPU", 0) >= 2, timeout=120, interval=0.5,
+               message="the shared Ray head's 2 CPUs to be free (an earlier test left something holding them)")
     settings = TrainerSettings(
         port=0,
         storage_root=tmp_path_factory.mktemp("trainer-storage"),
