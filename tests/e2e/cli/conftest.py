@@ -1,9 +1,12 @@
-"""One real local stack (scheduler, trainer, exporter as processes, on the session's Redis and a
-Ray head of its own) shared by the CLI tests of this folder, and helpers to run the CLI against it.
+"""One real local stack (scheduler, trainer, exporter as processes, with a Redis and a Ray head
+of its own, as `paddleray up` starts them) shared by the CLI tests of this folder, and helpers
+to run the CLI against it.
 
-The head is its own because the stack lives for the whole session: Ray Serve is one per
-cluster, and this stack's exporter declares the whole of it (deploy_apps), so on the shared
-head it deleted the apps of every later test's exporter a second after they deployed them.
+Its own because the stack lives for the whole session, beside every later test:
+- on the session's Redis, which each test's `redis_url` flushes, its scheduler dispatched the
+  jobs later tests created and its exporter reconciled their deployments;
+- on the shared Ray head, its exporter declared the whole of Ray Serve (deploy_apps), deleting
+  every later test's model apps a second after they were deployed.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ from support.cli import MODULE, Cli
 
 
 @pytest.fixture(scope="session")
-def cli_stack(tmp_path_factory, redis_server):
+def cli_stack(tmp_path_factory):
     state_dir = tmp_path_factory.mktemp("cli-stack") / ".paddleray" / "stack"
     allow = json.dumps(["paddleray.services.trainer.examples", MODULE])
     previous = os.environ.get("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
     os.environ["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"] = allow
     try:
-        state = stack.up(state_dir, redis_url=redis_server.url, num_cpus=2)
+        state = stack.up(state_dir, redis_url=None, num_cpus=2)
     finally:
         if previous is None:
             os.environ.pop("PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST")
