@@ -1,0 +1,205 @@
+"""The reliability suite: each service served in-process over a real channel (real Redis, the
+session's Ray head), a few resources that exist, and one recorder of every fuzzed request.
+
+Two sizes: the default (CI) profile sends a few hundred requests per service; the soak
+profile (`PADDLERAY_SOAK=1`, or `--hypothesis-profile soak`) at least 10,000 per service.
+The recorder writes tests/reliability/results/fuzz.json (not committed; set
+PADDLERAY_RELIABILITY_RESULTS to put it elsewhere), which `make reliability-report` turns
+into docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import grpc
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+
+from paddleray.exporter.v1 import exporter_service_pb2 as es
+from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
+from paddleray.scheduler.v1 import experiment_service_pb2 as xs
+from paddleray.services.exporter.settings import ExporterSettings
+from paddleray.services.scheduler.__main__ import registrations as scheduler_registrations
+from paddleray.services.scheduler.app import SchedulerApp
+from paddleray.services.scheduler.settings import SchedulerSettings
+from paddleray.services.trainer.__main__ import registrations as trainer_registrations
+from paddleray.services.trainer.settings import TrainerSettings
+from paddleray.services.trainer.trainer import Trainer
+from paddleray.trainer.v1 import trainer_service_pb2 as ts
+from reliability.harness import Recorder, Target, all_pages, healthy
+from support import ServerThread, free_port
+from support.exporter import BUILDERS, EXAMPLES, AppThread, exporter_thread, new_model, new_version
+from support.fake_trainer import FakeTrainer, start_fake_trainer
+from support.scheduler import make_job
+
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
+          HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much]
+settings.register_profile("ci", deadline=None, database=None, suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("soak", deadline=None, database=None, suppress_health_check=_QUIET, print_blob=True)
+if os.environ.get("PADDLERAY_SOAK") == "1":
+    settings.load_profile("soak")
+elif settings.get_current_profile_name() == "default":
+    settings.load_profile("ci")
+
+class LoopThread:
+    """An event loop running in a thread, for a server that is not a paddleray app."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+ALLOWED = "fuzz_allowed_entrypoints"  # allowlisted, never importable: an accepted run fails at once
+
+
+def pytest_collection_modifyitems(config, items):
+    if soak():
+        for item in items:
+            if "reliability" in str(item.path):
+                item.add_marker(pytest.mark.timeout(3600))
+
+
+def soak() -> bool:
+    return settings.get_current_profile_name() == "soak"
+
+
+@pytest.fixture(scope="session")
+def recorder():
+    record = Recorder(settings.get_current_profile_name())
+    yield record
+    record.write()
+
+
+# --- scheduler: JobService, ExperimentService, PackageService over Redis, a fake trainer behind it
+
+
+@pytest.fixture(scope="module")
+def scheduler_target(redis_server, recorder):
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    fake_loop = LoopThread()  # the fake trainer's server runs on a loop of its own
+    fake_server, fake_address = fake_loop.run(start_fake_trainer(FakeTrainer(cpus=4, gpus=0)))
+    config = SchedulerSettings(port=0, redis_url=redis_server.url, trainer_address=fake_address,
+                               dispatch_interval_s=0.05, lease_ttl_s=3, stop_wait_s=2, grace_period_s=0,
+                               entrypoint_allowlist=["pkg", ALLOWED])
+    app = AppThread(config, SchedulerApp, scheduler_registrations)
+    channel = grpc.insecure_channel(app.address)
+    jobs = job_service_pb2_grpc.JobServiceStub(channel)
+    experiments = experiment_service_pb2_grpc.ExperimentServiceStub(channel)
+    seeded = [jobs.CreateJob(job_service_pb2.CreateJobRequest(job=make_job(config={"hang": True})), timeout=10).job,
+              jobs.CreateJob(job_service_pb2.CreateJobRequest(job=make_job()), timeout=10).job]
+    experiment = experiment_pb2.Experiment(trial_template=make_job(config={"hang": True}), metric="acc", mode=1,
+                                           max_concurrent_trials=1)
+    experiment.search_space.parameters["lr"].grid.values.add().number_value = 0.1
+    created = experiments.CreateExperiment(xs.CreateExperimentRequest(experiment=experiment), timeout=10).experiment
+
+    def fingerprint():
+        # Trials come and go as the experiment runs: its own jobs are left out.
+        def job_page(token):
+            page = jobs.ListJobs(job_service_pb2.ListJobsRequest(page_size=500, page_token=token), timeout=10)
+            return [j.name for j in page.jobs if not j.experiment], page.next_page_token
+
+        def experiment_page(token):
+            page = experiments.ListExperiments(xs.ListExperimentsRequest(page_size=500, page_token=token), timeout=10)
+            return [e.name for e in page.experiments], page.next_page_token
+
+        return {"jobs": all_pages(job_page), "experiments": all_pages(experiment_page),
+                "packages": sorted(k.decode() for k in client.scan_iter("*package*"))}
+
+    names = (*[j.name for j in seeded], created.name, "packages/sha256:" + "0" * 64)
+    yield Target("scheduler", channel, names, fingerprint, recorder)
+    assert healthy(channel)
+    channel.close()
+    app.stop()
+    fake_loop.run(fake_server.stop(0.2))
+    fake_loop.stop()
+    client.close()
+
+
+# --- trainer: TrainerService driving the session's Ray head; nothing it accepts can import
+
+
+@pytest.fixture(scope="module")
+def trainer_target(ray_cluster, tmp_path_factory, recorder):
+    from paddleray.trainer.v1 import trainer_service_pb2_grpc
+
+    config = TrainerSettings(port=0, storage_root=tmp_path_factory.mktemp("fuzz-trainer"),
+                             entrypoint_allowlist=[ALLOWED], stop_grace_s=1.0, pool_max_idle_groups=0)
+    trainer = Trainer(config)
+    server = ServerThread(config, trainer_registrations(trainer))
+    server.run(trainer.start())
+    channel = grpc.insecure_channel(server.address)
+    stub = trainer_service_pb2_grpc.TrainerServiceStub(channel)
+
+    def fingerprint():
+        def page(token):
+            response = stub.ListRuns(ts.ListRunsRequest(page_size=500, page_token=token), timeout=10)
+            return [r.name for r in response.runs], response.next_page_token
+
+        return {"runs": all_pages(page)}
+
+    yield Target("trainer", channel, ("runs/0", "jobs/x"), fingerprint, recorder)
+    assert healthy(channel)
+    channel.close()
+    server.run(trainer.shutdown())
+    server.stop()
+
+
+# --- exporter: ExporterService over Redis and the session's Ray head, one model in its registry
+
+
+@pytest.fixture(scope="module")
+def exporter_target(ray_cluster, redis_server, tmp_path_factory, recorder):
+    from paddleray.exporter.v1 import exporter_service_pb2_grpc
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    config = ExporterSettings(
+        port=0, redis_url=redis_server.url, ray_address=ray_cluster,
+        storage_root=tmp_path_factory.mktemp("fuzz-exporter"), builder_allowlist=[EXAMPLES, BUILDERS],
+        scheduler_address="", export_num_cpus=0.5, serving_grpc_port=free_port(), serving_http_port=free_port(),
+    )
+    thread = exporter_thread(config)
+    _, record = thread.run(thread.app.store.create_version(new_model("fuzz-seed"), new_version(), "owner", ""))
+    channel = grpc.insecure_channel(thread.address)
+    stub = exporter_service_pb2_grpc.ExporterServiceStub(channel)
+
+    def fingerprint():
+        def model_page(token):
+            response = stub.ListModels(es.ListModelsRequest(page_size=500, page_token=token), timeout=10)
+            return [(m.name, m.display_name, dict(m.labels)).__repr__() for m in response.models], \
+                response.next_page_token
+
+        def deployment_page(token):
+            response = stub.ListDeployments(es.ListDeploymentsRequest(page_size=500, page_token=token), timeout=10)
+            return [d.name for d in response.deployments], response.next_page_token
+
+        def version_page(token):
+            response = stub.ListModelVersions(
+                es.ListModelVersionsRequest(parent="models/fuzz-seed", page_size=500, page_token=token), timeout=10)
+            return [v.name for v in response.model_versions], response.next_page_token
+
+        try:
+            versions = all_pages(version_page)
+        except grpc.RpcError as error:  # the seed model deleted by an accepted DeleteModel
+            versions = [error.code().name]
+        return {"models": all_pages(model_page), "versions": versions, "deployments": all_pages(deployment_page)}
+
+    names = ("models/fuzz-seed", record.version.name, "deployments/fuzz-seed", "jobs/x")
+    yield Target("exporter", channel, names, fingerprint, recorder)
+    assert healthy(channel)
+    channel.close()
+    thread.stop()
+    client.close()

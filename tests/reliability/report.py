@@ -1,0 +1,218 @@
+"""Writes docs/reliability.md from the reliability suite's results (`make reliability-report`).
+
+    python -m tests.reliability.report [--results tests/reliability/results/fuzz.json] [--out docs/reliability.md]
+
+The fuzz figures come from the results file the suite wrote (run it first, in soak mode for
+the report that is committed). The fault-injection section lists tests elsewhere in the
+suite; each entry is checked against the test files, so a renamed or removed test fails
+the report instead of being claimed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import datetime
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).parent / "results" / "fuzz.json"
+OUT = ROOT / "docs" / "reliability.md"
+SERVICES = ("scheduler", "trainer", "exporter")
+FORBIDDEN = ("INTERNAL", "UNKNOWN")
+
+
+@dataclass(frozen=True)
+class FaultTest:
+    path: str
+    name: str
+    fault: str
+    proves: str
+
+
+FAULT_TESTS = (
+    FaultTest("tests/integration/scheduler/test_crash_safety.py", "test_sigkill_and_restart_every_job_finishes_exactly_once",
+              "scheduler process SIGKILLed twice while runs are in flight, restarted on the same Redis",
+              "8 jobs (2 failing once) all SUCCEED with exactly the expected attempts; the trainer created each "
+              "run once; the retry resumed from its checkpoint (step 4); no job ran twice at a time"),
+    FaultTest("tests/integration/scheduler/test_crash_safety.py", "test_two_replicas_never_dispatch_one_job_twice",
+              "two scheduler replicas on one Redis, creates split between them",
+              "40 jobs each dispatched once, none overlapping"),
+    FaultTest("tests/integration/scheduler/test_experiments_crash.py",
+              "test_sigkill_mid_sweep_loses_and_duplicates_no_trial",
+              "scheduler SIGKILLed twice during a 10-trial sweep",
+              "the sweep SUCCEEDS with exactly its 10 trials, one per grid value: no trial lost or duplicated"),
+    FaultTest("tests/integration/scheduler/test_experiments_domain.py",
+              "test_reconcile_carries_out_an_asha_stop_decided_before_a_crash",
+              "a crash between an ASHA stop decision and its execution",
+              "reconciliation after restart carries the decided stop out"),
+    FaultTest("tests/integration/scheduler/test_redis_secure.py", "test_redis_going_away_and_back_under_a_running_scheduler",
+              "Redis (password, TLS, AOF fsync always) stopped under a running scheduler, then restarted",
+              "every RPC answers UNAVAILABLE without leaking the address, acknowledged jobs are all there after the "
+              "restart, one log line per outage and no traceback"),
+    FaultTest("tests/integration/scheduler/test_redis_secure.py", "test_a_wrong_redis_password_is_unavailable_and_not_serving",
+              "a wrong Redis password", "UNAVAILABLE and health NOT_SERVING, not INTERNAL"),
+    FaultTest("tests/integration/trainer/test_lifecycle.py",
+              "test_a_killed_run_resumes_from_its_last_checkpoint_without_losing_epochs",
+              "the rank's process dies mid-epoch (epoch 5 of 6)",
+              "the run FAILS as WORKER_LOST with the checkpoint of epoch 4; the resumed run trains epochs 5-6 only "
+              "and ends with the same weights as an uninterrupted run"),
+    FaultTest("tests/integration/trainer/test_distributed.py", "test_a_killed_actor_fails_the_run_with_its_rank",
+              "ray.kill of rank 0's actor in a 2-rank run",
+              "the run FAILS as WORKER_LOST naming rank 0"),
+    FaultTest("tests/integration/trainer/test_distributed.py",
+              "test_a_rank_that_exits_fails_the_run_while_its_peer_waits_in_a_collective",
+              "one rank exits while its peer waits in a collective", "the run fails instead of hanging"),
+    FaultTest("tests/integration/trainer/test_runs.py", "test_runs_survive_a_trainer_restart",
+              "a second trainer started on the first one's storage",
+              "the finished run and its whole event stream are served unchanged"),
+    FaultTest("tests/unit/trainer/test_runs_registry.py", "test_a_run_active_when_the_trainer_restarted_fails_as_a_trainer_error",
+              "a trainer restart with a run active", "the run ends FAILED as a trainer error, not left RUNNING"),
+    FaultTest("tests/e2e/test_trainer_ray_connection.py",
+              "test_a_head_restart_fails_the_active_run_and_the_trainer_reconnects",
+              "the trainer's Ray head stopped under an active run, then started again",
+              "the run FAILS with a reason, the trainer is NOT_SERVING and refuses StartRun (UNAVAILABLE) while the "
+              "head is away, then serves again and runs a job on the new head"),
+    FaultTest("tests/e2e/test_trainer_ray_connection.py",
+              "test_not_serving_and_unavailable_until_connected_never_attaching_elsewhere",
+              "calls while the trainer is not yet connected to Ray",
+              "NOT_SERVING and UNAVAILABLE until connected; it never attaches to another cluster"),
+    FaultTest("tests/integration/exporter/test_restart.py",
+              "test_an_exporter_killed_mid_export_leaves_the_version_failed_not_exporting",
+              "exporter process SIGKILLed mid-export, a second one started",
+              "the version ends FAILED (WORKER_LOST), never stuck EXPORTING, no half-written manifest"),
+    FaultTest("tests/integration/exporter/test_restart.py", "test_the_exporter_is_not_serving_while_redis_is_unreachable",
+              "Redis unreachable", "the exporter reports NOT_SERVING"),
+    FaultTest("tests/integration/exporter/test_restart.py",
+              "test_the_exporter_is_not_serving_and_exports_nothing_while_ray_is_unreachable",
+              "Ray unreachable", "NOT_SERVING and no export started"),
+    FaultTest("tests/integration/serving/test_restart.py", "test_serving_again_after_a_ray_head_restart",
+              "the Ray head under Ray Serve restarted", "the deployments serve inference again"),
+    FaultTest("tests/e2e/cli/test_sdk_resume.py", "test_watch_job_resumes_after_the_scheduler_restarts",
+              "the scheduler restarted under a client's WatchJob", "the SDK resumes the stream, missing no event"),
+    FaultTest("tests/e2e/cli/test_sdk_resume.py", "test_followed_logs_resume_after_the_scheduler_restarts",
+              "the scheduler restarted under followed logs", "the SDK resumes the log stream"),
+)
+
+
+def check_fault_tests() -> list[str]:
+    """The listed tests that no longer exist (file or function)."""
+    missing = []
+    for test in FAULT_TESTS:
+        path = ROOT / test.path
+        defined = set()
+        if path.exists():
+            defined = {n.name for n in ast.walk(ast.parse(path.read_text()))
+                       if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        if test.name not in defined:
+            missing.append(f"{test.path}::{test.name}")
+    return missing
+
+
+def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def render(results: dict) -> str:
+    rows = results["requests"]
+    by_service: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    by_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    by_method: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)
+    for row in rows:
+        by_service[row["service"]][row["code"]] += row["count"]
+        by_kind[row["service"]][row["kind"]] += row["count"]
+        by_method[(row["service"], row["method"])][row["code"]] += row["count"]
+    codes = sorted({row["code"] for row in rows}, key=lambda c: (c != "OK", c))
+    started = datetime.datetime.fromtimestamp(results["started"], datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    total = sum(row["count"] for row in rows)
+    forbidden = sum(row["count"] for row in rows if row["code"] in FORBIDDEN)
+    out = [
+        "# Reliability report",
+        "",
+        "Generated by `make reliability-report` (`python -m tests.reliability.report`) from the results of "
+        "`tests/reliability/`; do not edit by hand.",
+        "",
+        "## Fuzzing every RPC",
+        "",
+        f"Run: profile `{results['profile']}`, commit `{results['commit']}`, started {started}, "
+        f"{results['duration_s']} s, {total:,} requests, {forbidden} answered INTERNAL or UNKNOWN, "
+        f"{results['failure_count']} failed checks.",
+        "",
+        "Each service runs in-process behind a real gRPC server and channel (the scheduler on a real "
+        "redis-server with the scripted fake trainer behind it; the trainer and the exporter on the "
+        "session's real Ray head; the exporter on real Redis). Every RPC of JobService, "
+        "ExperimentService, PackageService, TrainerService and ExporterService gets two kinds of input "
+        "through a generic method with identity serializers:",
+        "",
+        "- `message`: requests built from the RPC's descriptor with any subset of fields set to hostile "
+        "values: huge strings (up to 1.1 M characters), `../` and other odd resource names, names that "
+        "exist (so some calls pass the name check), NaN / infinities / 1.8e305 / int64 limits, enum "
+        "numbers no one defined, Structs 30-120 levels deep or 20,000 keys wide, Durations and Timestamps "
+        "outside their range, 5,000-item repeated fields.",
+        "- `garbage`: bytes that do not decode as the request: its field numbers with the wrong wire type, "
+        "truncated lengths, unterminated groups, invalid UTF-8 in string fields, random bytes.",
+        "- `oversized`: one 65 MiB request per service (the servers accept 64 MiB).",
+        "",
+        "Each call is checked: never INTERNAL or UNKNOWN; a rejected Create/Update/Delete/Cancel/Start/Stop/"
+        "Export/Upload leaves the service's resources as they were (names listed before and after; the "
+        "exporter's model labels and display names); the service answers health SERVING after each test.",
+        "",
+        "### Requests by service and status code",
+        "",
+    ]
+    out += _table(["service", "requests", *codes],
+                  [[s, f"{sum(by_service[s].values()):,}", *[f"{by_service[s][c]:,}" for c in codes]]
+                   for s in SERVICES if s in by_service])
+    out += ["", "### Requests by service and input kind", ""]
+    kinds = ("message", "garbage", "oversized")
+    out += _table(["service", *kinds], [[s, *[f"{by_kind[s][k]:,}" for k in kinds]] for s in SERVICES if s in by_kind])
+    out += ["", "### Requests by RPC", ""]
+    out += _table(["service", "rpc", "requests", *codes],
+                  [[s, m, f"{sum(c.values()):,}", *[f"{c[code]:,}" for code in codes]]
+                   for (s, m), c in sorted(by_method.items(), key=lambda kv: (SERVICES.index(kv[0][0]), kv[0][1]))])
+    out += ["", "### Failed checks", ""]
+    if results["failures"]:
+        out += _table(["service", "rpc", "kind", "problem", "request (shortened)"],
+                      [[f["service"], f["method"], f["kind"], f["problem"][:160],
+                        "`" + f["request"][:160].replace("|", "\\|").replace("`", "'").replace("\n", " ") + "`"]
+                       for f in results["failures"]])
+    else:
+        out.append("None.")
+    out += [
+        "",
+        "## Fault injection elsewhere in the suite",
+        "",
+        "These tests inject a fault into a real process (SIGKILL, a stopped Redis or Ray head, a killed "
+        "actor) and assert on what survives. They run in the integration and end-to-end suites, not here; "
+        "this list is checked against the test files each time the report is written.",
+        "",
+    ]
+    out += _table(["test", "fault injected", "what it proves"],
+                  [[f"`{t.path}::{t.name}`", t.fault, t.proves] for t in FAULT_TESTS])
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    if not args.results.exists():
+        print(f"{args.results} is missing: run `PADDLERAY_SOAK=1 pytest tests/reliability` first", file=sys.stderr)
+        return 2
+    missing = check_fault_tests()
+    if missing:
+        print("fault-injection tests listed in the report no longer exist:\n  " + "\n  ".join(missing), file=sys.stderr)
+        return 1
+    args.out.write_text(render(json.loads(args.results.read_text())))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
