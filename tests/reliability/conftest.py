@@ -119,8 +119,10 @@ def scheduler_target(redis_server, recorder):
                 "packages": sorted(k.decode() for k in client.scan_iter("*package*"))}
 
     names = (*[j.name for j in seeded], created.name, "packages/sha256:" + "0" * 64)
-    yield Target("scheduler", channel, names, fingerprint, recorder)
+    target = Target("scheduler", channel, names, fingerprint, recorder, keep_going=soak())
+    yield target
     assert healthy(channel)
+    assert not target.failures(), target.failures()[:5]
     channel.close()
     app.stop()
     fake_loop.run(fake_server.stop(0.2))
@@ -150,8 +152,10 @@ def trainer_target(ray_cluster, tmp_path_factory, recorder):
 
         return {"runs": all_pages(page)}
 
-    yield Target("trainer", channel, ("runs/0", "jobs/x"), fingerprint, recorder)
+    target = Target("trainer", channel, ("runs/0", "jobs/x"), fingerprint, recorder, keep_going=soak())
+    yield target
     assert healthy(channel)
+    assert not target.failures(), target.failures()[:5]
     channel.close()
     server.run(trainer.shutdown())
     server.stop()
@@ -198,8 +202,10 @@ def exporter_target(ray_cluster, redis_server, tmp_path_factory, recorder):
         return {"models": all_pages(model_page), "versions": versions, "deployments": all_pages(deployment_page)}
 
     names = ("models/fuzz-seed", record.version.name, "deployments/fuzz-seed", "jobs/x")
-    yield Target("exporter", channel, names, fingerprint, recorder)
+    target = Target("exporter", channel, names, fingerprint, recorder, keep_going=soak())
+    yield target
     assert healthy(channel)
+    assert not target.failures(), target.failures()[:5]
     channel.close()
     thread.stop()
     client.close()

@@ -108,6 +108,9 @@ class Target:
     names: tuple[str, ...]
     fingerprint: Callable[[], object]
     recorder: Recorder
+    # Soak runs record a failed check and go on (hypothesis would stop the RPC's test at the
+    # first one): the fixture fails the module at its end instead.
+    keep_going: bool = False
 
     def __repr__(self) -> str:
         return f"Target({self.service})"
@@ -125,7 +128,12 @@ class Target:
             problem = f"rejected with {code.name} but changed state: {_diff(before, after)}"
         if problem:
             self.recorder.fail(self.service, method.name, kind, problem, shown)
-            raise AssertionError(f"{self.service}.{method.name} ({kind}): {problem}")
+            if not self.keep_going:
+                raise AssertionError(f"{self.service}.{method.name} ({kind}): {problem}")
+
+
+    def failures(self) -> list[dict]:
+        return [f for f in self.recorder.failures if f["service"] == self.service]
 
 
 def _diff(before: object, after: object) -> str:
