@@ -16,7 +16,7 @@ SHELL := bash
 PIP_NOISE := ^WARNING: Location 'file://[^']*' is ignored: it is neither a file nor a directory\.$$
 PIP := $(BIN)/python -W "ignore:Editable installation:UserWarning" -m pip
 
-.PHONY: demo test setup protos protos-check lint bench up down status clean triton-venv
+.PHONY: demo test setup protos protos-check lint bench up down status clean triton-venv reliability reliability-soak reliability-report
 
 demo: setup ## the main job: the full local demo (Redis, Ray, the three services)
 	$(BIN)/paddleray demo
@@ -62,6 +62,16 @@ triton-venv: setup ## .venv-triton with tritonclient[grpc] for the stock-client 
 
 bench: setup ## every benchmark, quick; results in bench/results, report in bench/REPORT.md
 	$(BIN)/python -m bench all --quick
+
+reliability: setup ## the reliability suite at CI size (fuzzing every RPC, under a minute)
+	$(BIN)/pytest tests/reliability $(PYTEST_ARGS)
+
+reliability-soak: setup ## the reliability suite in soak mode (>= 10,000 fuzzed requests per service), then the report
+	PADDLERAY_SOAK=1 $(BIN)/pytest tests/reliability $(PYTEST_ARGS)
+	$(MAKE) reliability-report
+
+reliability-report: setup ## docs/reliability.md from tests/reliability/results/fuzz.json (the last run's)
+	$(BIN)/python -m tests.reliability.report
 
 up: setup ## start the local stack in the background
 	$(BIN)/paddleray up

@@ -13,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from pathlib import Path
 
 import grpc
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
 
+from paddleray.common.v1 import common_pb2
+from paddleray.exporter.v1 import deployment_pb2, model_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import experiment_service_pb2 as xs
+from paddleray.services.common import states
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.scheduler.__main__ import registrations as scheduler_registrations
 from paddleray.services.scheduler.app import SchedulerApp
@@ -31,7 +35,7 @@ from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 from reliability.harness import Recorder, Target, all_pages, healthy
-from support import ServerThread, free_port
+from support import ServerThread, free_port, wait_until
 from support.exporter import BUILDERS, EXAMPLES, AppThread, exporter_thread, new_model, new_version
 from support.fake_trainer import FakeTrainer, start_fake_trainer
 from support.scheduler import make_job
@@ -62,6 +66,8 @@ class LoopThread:
 
 
 ALLOWED = "fuzz_allowed_entrypoints"  # allowlisted, never importable: an accepted run fails at once
+SEED_CODE = Path(__file__).parent.parent / "integration" / "trainer" / "workers"
+SEED_ENTRYPOINTS = "trainer_test_entrypoints"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -119,7 +125,21 @@ def scheduler_target(redis_server, recorder):
                 "packages": sorted(k.decode() for k in client.scan_iter("*package*"))}
 
     names = (*[j.name for j in seeded], created.name, "packages/sha256:" + "0" * 64)
-    target = Target("scheduler", channel, names, fingerprint, recorder, keep_going=soak())
+    job, exp = seeded[0].name, created.name
+    quick = experiment_pb2.Experiment()
+    quick.CopyFrom(experiment)
+    quick.trial_template.spec.config.Clear()
+    bases = {
+        "CreateJob": job_service_pb2.CreateJobRequest(job=make_job(config={"steps": 1})),
+        "CreateExperiment": xs.CreateExperimentRequest(experiment=quick),
+        "ListJobs": job_service_pb2.ListJobsRequest(page_size=10),
+        "ListExperiments": xs.ListExperimentsRequest(page_size=10),
+        **{rpc: getattr(job_service_pb2, f"{rpc}Request")(name=job)
+           for rpc in ("GetJob", "CancelJob", "DeleteJob", "WatchJob", "GetJobLogs")},
+        **{rpc: getattr(xs, f"{rpc}Request")(name=exp)
+           for rpc in ("GetExperiment", "CancelExperiment", "DeleteExperiment")},
+    }
+    target = Target("scheduler", channel, names, fingerprint, recorder, keep_going=soak(), bases=bases)
     yield target
     assert healthy(channel)
     assert not target.failures(), target.failures()[:5]
@@ -138,12 +158,22 @@ def trainer_target(ray_cluster, tmp_path_factory, recorder):
     from paddleray.trainer.v1 import trainer_service_pb2_grpc
 
     config = TrainerSettings(port=0, storage_root=tmp_path_factory.mktemp("fuzz-trainer"),
-                             entrypoint_allowlist=[ALLOWED], stop_grace_s=1.0, pool_max_idle_groups=0)
+                             entrypoint_allowlist=[ALLOWED, SEED_ENTRYPOINTS], stop_grace_s=1.0,
+                             pool_max_idle_groups=0)
     trainer = Trainer(config)
     server = ServerThread(config, trainer_registrations(trainer))
     server.run(trainer.start())
     channel = grpc.insecure_channel(server.address)
     stub = trainer_service_pb2_grpc.TrainerServiceStub(channel)
+
+    # One finished run (with events and logs), so that names of a run that exists are fuzzed too.
+    seed = common_pb2.TrainingSpec(entrypoint=f"{SEED_ENTRYPOINTS}:hello", num_workers=1,
+                                   resources_per_worker=common_pb2.Resources(num_cpus=1),
+                                   runtime_env=common_pb2.RuntimeEnv(env_vars={"PYTHONPATH": str(SEED_CODE)}))
+    seed.config.update({"lines": 2})
+    run = stub.StartRun(ts.StartRunRequest(spec=seed), timeout=30).run
+    wait_until(lambda: stub.GetRun(ts.GetRunRequest(name=run.name), timeout=10).run.state in states.RUN_TERMINAL,
+               timeout=120, interval=0.1, message="the seed run to end")
 
     def fingerprint():
         def page(token):
@@ -152,7 +182,16 @@ def trainer_target(ray_cluster, tmp_path_factory, recorder):
 
         return {"runs": all_pages(page)}
 
-    target = Target("trainer", channel, ("runs/0", "jobs/x"), fingerprint, recorder, keep_going=soak())
+    # A valid StartRun that the cluster can never place (64 CPUs of 2): accepted ones hold no actor.
+    unplaceable = common_pb2.TrainingSpec(entrypoint=f"{ALLOWED}:main", num_workers=1,
+                                          resources_per_worker=common_pb2.Resources(num_cpus=64))
+    start = ts.StartRunRequest(spec=unplaceable)
+    start.timeout.FromSeconds(1)
+    bases = {"StartRun": start, "ListRuns": ts.ListRunsRequest(page_size=10),
+             **{rpc: getattr(ts, f"{rpc}Request")(name=run.name) for rpc in ("GetRun", "StopRun", "WatchRun",
+                                                                             "GetRunLogs")}}
+    target = Target("trainer", channel, (run.name, run.job or "jobs/x"), fingerprint, recorder, keep_going=soak(),
+                    bases=bases)
     yield target
     assert healthy(channel)
     assert not target.failures(), target.failures()[:5]
@@ -202,7 +241,25 @@ def exporter_target(ray_cluster, redis_server, tmp_path_factory, recorder):
         return {"models": all_pages(model_page), "versions": versions, "deployments": all_pages(deployment_page)}
 
     names = ("models/fuzz-seed", record.version.name, "deployments/fuzz-seed", "jobs/x")
-    target = Target("exporter", channel, names, fingerprint, recorder, keep_going=soak())
+    model, version = "models/fuzz-seed", record.version.name
+    update_model = es.UpdateModelRequest(model=model_pb2.Model(name=model, display_name="seed"))
+    update_model.update_mask.paths.append("display_name")
+    deployment = deployment_pb2.Deployment(serving_name="fuzz", num_replicas=1,
+                                           traffic=[deployment_pb2.TrafficTarget(model_version=version, percent=100)])
+    bases = {
+        # A checkpoint that does not exist: accepted calls never start an export on Ray.
+        "ExportModel": es.ExportModelRequest(parent="models/fuzz-new", checkpoint_uri="/nonexistent/checkpoint",
+                                             model_builder=f"{EXAMPLES}.digits_mlp:build_model"),
+        "CreateDeployment": es.CreateDeploymentRequest(deployment_id="fuzz", deployment=deployment),
+        "UpdateModel": update_model,
+        "ListModels": es.ListModelsRequest(page_size=10),
+        "ListDeployments": es.ListDeploymentsRequest(page_size=10, model=model),
+        "ListModelVersions": es.ListModelVersionsRequest(parent=model, page_size=10),
+        **{rpc: getattr(es, f"{rpc}Request")(name=model) for rpc in ("GetModel", "DeleteModel")},
+        **{rpc: getattr(es, f"{rpc}Request")(name=version)
+           for rpc in ("GetModelVersion", "DeleteModelVersion", "WatchModelVersion")},
+    }
+    target = Target("exporter", channel, names, fingerprint, recorder, keep_going=soak(), bases=bases)
     yield target
     assert healthy(channel)
     assert not target.failures(), target.failures()[:5]

@@ -11,14 +11,16 @@ import os
 
 import grpc
 from google.protobuf import descriptor as d
+from google.protobuf import message_factory
 from hypothesis import settings
 from hypothesis import strategies as st
 
 from reliability.harness import Target, healthy, invoke
-from reliability.strategies import requests, varint, wire_garbage
+from reliability.strategies import mutations, requests, varint, wire_garbage
 
-CI_EXAMPLES = 8
-SOAK_REQUESTS_PER_SERVICE = 10_500
+CI_EXAMPLES = 5
+# An RPC whose request has no fields gets one example per kind: the others make up for it.
+SOAK_REQUESTS_PER_SERVICE = 11_500
 OVERSIZED_BYTES = 65 * 1024 * 1024  # the servers accept 64 MiB
 
 
@@ -28,12 +30,12 @@ def methods(*services: d.ServiceDescriptor) -> list[d.MethodDescriptor]:
 
 def examples(rpcs: int) -> settings:
     """Examples per (RPC, kind) test: a few in CI; in soak, enough that the service gets
-    SOAK_REQUESTS_PER_SERVICE requests over its two kinds of test; PADDLERAY_FUZZ_EXAMPLES
+    SOAK_REQUESTS_PER_SERVICE requests over its three kinds of test; PADDLERAY_FUZZ_EXAMPLES
     sets it by hand."""
     if os.environ.get("PADDLERAY_FUZZ_EXAMPLES"):
         return settings(max_examples=int(os.environ["PADDLERAY_FUZZ_EXAMPLES"]))
     if settings.get_current_profile_name() == "soak":
-        return settings(max_examples=math.ceil(SOAK_REQUESTS_PER_SERVICE / (2 * rpcs)))
+        return settings(max_examples=math.ceil(SOAK_REQUESTS_PER_SERVICE / (3 * rpcs)))
     return settings(max_examples=CI_EXAMPLES)
 
 
@@ -45,6 +47,17 @@ def send_message(target: Target, method: d.MethodDescriptor, data: st.DataObject
     else:
         message = data.draw(strategy)
         target.send(method, "message", message.SerializeToString(), message)
+
+
+def send_mutation(target: Target, method: d.MethodDescriptor, data: st.DataObject) -> None:
+    base = target.bases.get(method.name) or message_factory.GetMessageClass(method.input_type)()
+    strategy = mutations(base, target.names, target.frozen.get(method.name, frozenset()))
+    if method.client_streaming:
+        chunks = data.draw(st.lists(strategy, min_size=1, max_size=3))
+        target.send(method, "mutation", [c.SerializeToString() for c in chunks], chunks)
+    else:
+        message = data.draw(strategy)
+        target.send(method, "mutation", message.SerializeToString(), message)
 
 
 def send_garbage(target: Target, method: d.MethodDescriptor, data: st.DataObject) -> None:

@@ -111,9 +111,15 @@ class Target:
     # Soak runs record a failed check and go on (hypothesis would stop the RPC's test at the
     # first one): the fixture fails the module at its end instead.
     keep_going: bool = False
+    # Valid requests by RPC name, which mutations start from; fields a mutation leaves alone.
+    bases: dict[str, object] = field(default_factory=dict)
+    frozen: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"Target({self.service})"
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # hypothesis prints failing examples with this
+        printer.text(repr(self))
 
     def send(self, method: d.MethodDescriptor, kind: str, payloads: bytes | list[bytes], shown: object) -> None:
         """One fuzzed call, checked: no INTERNAL/UNKNOWN; a rejected mutation changes nothing."""

@@ -230,3 +230,24 @@ def wire_garbage(descriptor: d.Descriptor) -> st.SearchStrategy[bytes]:
                          st.sampled_from(INVALID_UTF8))
     records = st.lists(st.one_of(record, bad_text), min_size=1, max_size=4).map(b"".join)
     return st.one_of(records, st.binary(min_size=1, max_size=256), st.sampled_from([b"\x00", b"\xff" * 64, b"\x0a"]))
+
+
+@st.composite
+def mutations(draw, base, names: tuple[str, ...] = (), frozen: frozenset[str] = frozenset()):
+    """`base` (a valid request) with one field, at any depth, set to a hostile value: each
+    rule of the validation is then reached on its own, past the checks the base passes."""
+    message = type(base)()
+    message.CopyFrom(base)
+    target, depth = message, 0
+    while True:
+        fields = [f for f in target.DESCRIPTOR.fields if f.name not in frozen or depth]
+        if not fields:
+            return message
+        field = draw(st.sampled_from(fields))
+        leaf = (field.message_type is None or field.is_repeated or depth >= MAX_DEPTH
+                or _well_known(field.message_type, depth) is not None or draw(st.booleans()))
+        if leaf:
+            target.ClearField(field.name)
+            _assign(target, field, draw(_field_strategy(field, names, depth)))
+            return message
+        target, depth = getattr(target, field.name), depth + 1
