@@ -27,6 +27,7 @@ from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, 
 from paddleray.scheduler.v1 import experiment_service_pb2 as xs
 from paddleray.services.common import states
 from paddleray.services.exporter.settings import ExporterSettings
+from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.__main__ import registrations as scheduler_registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
@@ -71,9 +72,10 @@ SEED_ENTRYPOINTS = "trainer_test_entrypoints"
 
 
 def pytest_collection_modifyitems(config, items):
-    if soak():
-        for item in items:
-            if "reliability" in str(item.path):
+    for item in items:
+        if "reliability" in item.path.parts:
+            item.add_marker(pytest.mark.reliability)
+            if soak():
                 item.add_marker(pytest.mark.timeout(3600))
 
 
@@ -113,15 +115,18 @@ def scheduler_target(redis_server, recorder):
 
     def fingerprint():
         # Trials come and go as the experiment runs: its own jobs are left out.
+        # BASIC leaves the configs out (accepted jobs carry megabytes of them); experiments,
+        # which have no such view, are read as their keys.
         def job_page(token):
-            page = jobs.ListJobs(job_service_pb2.ListJobsRequest(page_size=500, page_token=token), timeout=10)
+            request = job_service_pb2.ListJobsRequest(page_size=500, page_token=token,
+                                                      view=job_service_pb2.JOB_VIEW_BASIC)
+            page = jobs.ListJobs(request, timeout=10)
             return [j.name for j in page.jobs if not j.experiment], page.next_page_token
 
-        def experiment_page(token):
-            page = experiments.ListExperiments(xs.ListExperimentsRequest(page_size=500, page_token=token), timeout=10)
-            return [e.name for e in page.experiments], page.next_page_token
-
-        return {"jobs": all_pages(job_page), "experiments": all_pages(experiment_page),
+        prefix = keys.experiment("")
+        return {"jobs": all_pages(job_page),
+                "experiments": sorted(k for k in (k.decode() for k in client.scan_iter(f"{prefix}*", count=1000))
+                                      if ":" not in k.removeprefix(prefix)),
                 "packages": sorted(k.decode() for k in client.scan_iter("*package*"))}
 
     names = (*[j.name for j in seeded], created.name, "packages/sha256:" + "0" * 64)
@@ -141,6 +146,7 @@ def scheduler_target(redis_server, recorder):
     }
     target = Target("scheduler", channel, names, fingerprint, recorder, keep_going=soak(), bases=bases)
     yield target
+    recorder.write()
     assert healthy(channel)
     assert not target.failures(), target.failures()[:5]
     channel.close()
@@ -182,17 +188,19 @@ def trainer_target(ray_cluster, tmp_path_factory, recorder):
 
         return {"runs": all_pages(page)}
 
-    # A valid StartRun that the cluster can never place (64 CPUs of 2): accepted ones hold no actor.
-    unplaceable = common_pb2.TrainingSpec(entrypoint=f"{ALLOWED}:main", num_workers=1,
-                                          resources_per_worker=common_pb2.Resources(num_cpus=64))
-    start = ts.StartRunRequest(spec=unplaceable)
-    start.timeout.FromSeconds(1)
+    # A valid StartRun but for its run_id, the seed run's: it passes every check and is then
+    # refused as ALREADY_EXISTS, so mutations reach every rule without starting runs on Ray.
+    valid = common_pb2.TrainingSpec(entrypoint=f"{ALLOWED}:main", num_workers=1,
+                                    resources_per_worker=common_pb2.Resources(num_cpus=1))
+    start = ts.StartRunRequest(spec=valid, run_id=run.name.removeprefix("runs/"))
+    start.timeout.FromSeconds(60)
     bases = {"StartRun": start, "ListRuns": ts.ListRunsRequest(page_size=10),
              **{rpc: getattr(ts, f"{rpc}Request")(name=run.name) for rpc in ("GetRun", "StopRun", "WatchRun",
                                                                              "GetRunLogs")}}
     target = Target("trainer", channel, (run.name, run.job or "jobs/x"), fingerprint, recorder, keep_going=soak(),
-                    bases=bases)
+                    bases=bases, frozen={"StartRun": frozenset({"run_id"})})
     yield target
+    recorder.write()
     assert healthy(channel)
     assert not target.failures(), target.failures()[:5]
     channel.close()
@@ -261,6 +269,7 @@ def exporter_target(ray_cluster, redis_server, tmp_path_factory, recorder):
     }
     target = Target("exporter", channel, names, fingerprint, recorder, keep_going=soak(), bases=bases)
     yield target
+    recorder.write()
     assert healthy(channel)
     assert not target.failures(), target.failures()[:5]
     channel.close()

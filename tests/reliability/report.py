@@ -1,6 +1,6 @@
 """Writes docs/reliability.md from the reliability suite's results (`make reliability-report`).
 
-    python -m tests.reliability.report [--results tests/reliability/results/fuzz.json] [--out docs/reliability.md]
+    python -m tests.reliability.report [--results tests/reliability/results/fuzz.json ...] [--out docs/reliability.md]
 
 The fuzz figures come from the results file the suite wrote (run it first, in soak mode for
 the report that is committed). The fault-injection section lists tests elsewhere in the
@@ -146,7 +146,7 @@ def render(results: dict) -> str:
         "Each service runs in-process behind a real gRPC server and channel (the scheduler on a real "
         "redis-server with the scripted fake trainer behind it; the trainer and the exporter on the "
         "session's real Ray head; the exporter on real Redis). Every RPC of JobService, "
-        "ExperimentService, PackageService, TrainerService and ExporterService gets two kinds of input "
+        "ExperimentService, PackageService, TrainerService and ExporterService gets these kinds of input "
         "through a generic method with identity serializers:",
         "",
         "- `message`: requests built from the RPC's descriptor with any subset of fields set to hostile "
@@ -154,6 +154,10 @@ def render(results: dict) -> str:
         "exist (so some calls pass the name check), NaN / infinities / 1.8e305 / int64 limits, enum "
         "numbers no one defined, Structs 30-120 levels deep or 20,000 keys wide, Durations and Timestamps "
         "outside their range, 5,000-item repeated fields.",
+        "- `mutation`: a valid request (a job, a sweep, a run that the cluster can never place, an export of a "
+        "checkpoint that does not exist, a deployment, the name of a resource that exists) with one field, at "
+        "any depth, set to such a value: each validation rule is reached on its own, past the checks the rest "
+        "of the request passes.",
         "- `garbage`: bytes that do not decode as the request: its field numbers with the wrong wire type, "
         "truncated lengths, unterminated groups, invalid UTF-8 in string fields, random bytes.",
         "- `oversized`: one 65 MiB request per service (the servers accept 64 MiB).",
@@ -169,7 +173,7 @@ def render(results: dict) -> str:
                   [[s, f"{sum(by_service[s].values()):,}", *[f"{by_service[s][c]:,}" for c in codes]]
                    for s in SERVICES if s in by_service])
     out += ["", "### Requests by service and input kind", ""]
-    kinds = ("message", "garbage", "oversized")
+    kinds = ("message", "mutation", "garbage", "oversized")
     out += _table(["service", *kinds], [[s, *[f"{by_kind[s][k]:,}" for k in kinds]] for s in SERVICES if s in by_kind])
     out += ["", "### Requests by RPC", ""]
     out += _table(["service", "rpc", "requests", *codes],
@@ -197,19 +201,41 @@ def render(results: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def merge(runs: list[dict]) -> dict:
+    """Several runs as one: counts added up, failures joined, the earliest start."""
+    if len(runs) == 1:
+        return runs[0]
+    counts: collections.Counter = collections.Counter()
+    for run in runs:
+        for row in run["requests"]:
+            counts[(row["service"], row["method"], row["kind"], row["code"])] += row["count"]
+    return {
+        "profile": "+".join(sorted({r["profile"] for r in runs})),
+        "commit": "+".join(dict.fromkeys(r["commit"] for r in runs)),
+        "started": min(r["started"] for r in runs),
+        "duration_s": round(sum(r["duration_s"] for r in runs), 1),
+        "requests": [{"service": s, "method": m, "kind": k, "code": c, "count": n}
+                     for (s, m, k, c), n in sorted(counts.items())],
+        "failures": [f for r in runs for f in r["failures"]],
+        "failure_count": sum(r["failure_count"] for r in runs),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--results", type=Path, nargs="+", default=[RESULTS],
+                        help="results files; several (e.g. one run per service) are added up")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    if not args.results.exists():
-        print(f"{args.results} is missing: run `PADDLERAY_SOAK=1 pytest tests/reliability` first", file=sys.stderr)
-        return 2
+    for path in args.results:
+        if not path.exists():
+            print(f"{path} is missing: run `PADDLERAY_SOAK=1 pytest tests/reliability` first", file=sys.stderr)
+            return 2
     missing = check_fault_tests()
     if missing:
         print("fault-injection tests listed in the report no longer exist:\n  " + "\n  ".join(missing), file=sys.stderr)
         return 1
-    args.out.write_text(render(json.loads(args.results.read_text())))
+    args.out.write_text(render(merge([json.loads(path.read_text()) for path in args.results])))
     print(f"wrote {args.out}")
     return 0
 

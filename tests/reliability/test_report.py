@@ -28,7 +28,7 @@ def test_counts_by_service_code_and_kind(tmp_path):
     text = out.read_text()
     assert "15 requests, 0 answered INTERNAL or UNKNOWN, 0 failed checks" in text
     assert "| scheduler | 10 | 10 | 0 |" in text  # codes by name: INVALID_ARGUMENT, NOT_FOUND
-    assert "| scheduler | 7 | 3 | 0 |" in text  # message, garbage, oversized
+    assert "| scheduler | 7 | 0 | 3 | 0 |" in text  # message, mutation, garbage, oversized
     assert "test_sigkill_mid_sweep_loses_and_duplicates_no_trial" in text
 
 
