@@ -100,6 +100,8 @@ def export_spec(request: es.ExportModelRequest, allowlist: Sequence[str], storag
 def _checkpoint_dir(uri: str, storage_root: Path) -> str:
     from paddleray.services.trainer.checkpoints import read_checkpoint
 
+    if "\0" in uri:  # no path can hold one: resolve() would raise ValueError (INTERNAL)
+        raise errors.InvalidArgument("checkpoint_uri", "must not contain NUL characters")
     root = Path(storage_root).resolve()
     path = (root / uri.removeprefix("file://")).resolve()
     if path != root and root not in path.parents:

@@ -23,7 +23,13 @@ from hypothesis import HealthCheck, settings
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
-from paddleray.scheduler.v1 import experiment_pb2, experiment_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
+from paddleray.scheduler.v1 import (
+    experiment_pb2,
+    experiment_service_pb2_grpc,
+    job_pb2,
+    job_service_pb2,
+    job_service_pb2_grpc,
+)
 from paddleray.scheduler.v1 import experiment_service_pb2 as xs
 from paddleray.services.common import states
 from paddleray.services.exporter.settings import ExporterSettings
@@ -119,7 +125,7 @@ def scheduler_target(redis_server, recorder):
         # which have no such view, are read as their keys.
         def job_page(token):
             request = job_service_pb2.ListJobsRequest(page_size=500, page_token=token,
-                                                      view=job_service_pb2.JOB_VIEW_BASIC)
+                                                      view=job_pb2.JOB_VIEW_BASIC)
             page = jobs.ListJobs(request, timeout=10)
             return [j.name for j in page.jobs if not j.experiment], page.next_page_token
 

@@ -40,3 +40,12 @@ def test_a_model_config_nested_too_deep_is_refused(tmp_path):
     with pytest.raises(errors.InvalidArgument) as caught:
         export_spec(_request(config, tmp_path), ALLOW, tmp_path)
     assert caught.value.field.startswith("model_config.x") and "nested" in str(caught.value)
+
+
+@pytest.mark.parametrize("uri", ["\0", "checkpoints/a\0b", "file://\0"])
+def test_a_checkpoint_uri_with_a_nul_character_is_invalid_naming_the_field(tmp_path, uri):
+    # Found by tests/reliability: Path.resolve() raised ValueError ("embedded null byte"), answered INTERNAL.
+    request = es.ExportModelRequest(parent="models/m", checkpoint_uri=uri, model_builder="pkg.model:build")
+    with pytest.raises(errors.InvalidArgument) as caught:
+        export_spec(request, ALLOW, tmp_path)
+    assert caught.value.field == "checkpoint_uri" and "NUL" in str(caught.value)
