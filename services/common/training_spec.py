@@ -137,6 +137,14 @@ def _max_chars(value: str, limit: int, field: str) -> None:
         raise InvalidArgument(field, f"at most {limit} characters")
 
 
+def _path(value: str, field: str) -> None:
+    """A path or URI: bounded, and without NUL, which no path can hold (the trainer's
+    Path.resolve() raised ValueError on one, answered INTERNAL)."""
+    _max_chars(value, MAX_PATH_CHARS, field)
+    if "\0" in value:
+        raise InvalidArgument(field, "must not contain NUL characters")
+
+
 def _validate_resources(res: common_pb2.Resources, workers: int, field: str) -> None:
     for name in ("num_cpus", "num_gpus"):
         _amount(getattr(res, name), f"{field}.{name}")
@@ -169,7 +177,7 @@ def _validate_runtime_env(env: common_pb2.RuntimeEnv, field: str) -> None:
     # Empty means the image the Ray workers already run; anything else must be a reference.
     if env.image and (len(env.image) > 512 or not _IMAGE.fullmatch(env.image)):
         raise InvalidArgument(f"{field}.image", "must be a container image reference such as 'registry/name:tag'")
-    _max_chars(env.working_dir, MAX_PATH_CHARS, f"{field}.working_dir")
+    _path(env.working_dir, f"{field}.working_dir")
     if len(env.env_vars) > MAX_ENV_VARS:
         raise InvalidArgument(f"{field}.env_vars", f"at most {MAX_ENV_VARS} variables")
     for key, value in env.env_vars.items():
@@ -206,10 +214,10 @@ def _validate_datasets(datasets, field: str) -> None:
         names.add(dataset.name)
         if not dataset.uri:
             raise InvalidArgument(f"{where}.uri", "required")
-        _max_chars(dataset.uri, MAX_PATH_CHARS, f"{where}.uri")
+        _path(dataset.uri, f"{where}.uri")
         check_enum(common_pb2.DatasetFormat, dataset.format, f"{where}.format")
 
 
 def _validate_init_from(init_from: common_pb2.InitFrom, field: str) -> None:
     for name in ("checkpoint_uri", "job", "model_version", "resolved_uri"):
-        _max_chars(getattr(init_from, name), MAX_PATH_CHARS, f"{field}.{name}")
+        _path(getattr(init_from, name), f"{field}.{name}")

@@ -51,6 +51,12 @@ CASES = [
     ("huge env var value", lambda s: s.runtime_env.env_vars.update({"X": "v" * 40_000}),
      "runtime_env.env_vars['X']", "characters"),
     ("huge dataset uri", lambda s: s.datasets.add(name="d", uri="/" + "u" * 5000), "datasets[0].uri", "characters"),
+    # Found by tests/reliability: a NUL made the trainer's Path.resolve() raise ValueError (INTERNAL).
+    ("NUL in a dataset uri", lambda s: s.datasets.add(name="d", uri="data/a\0b.csv"), "datasets[0].uri", "NUL"),
+    ("NUL in working_dir", lambda s: setattr(s.runtime_env, "working_dir", "/tmp/\0"), "runtime_env.working_dir",
+     "NUL"),
+    ("NUL in init_from.checkpoint_uri", lambda s: setattr(s.init_from, "checkpoint_uri", "\0"),
+     "init_from.checkpoint_uri", "NUL"),
 ]
 
 
