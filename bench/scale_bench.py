@@ -24,16 +24,13 @@ One round per level (a fill of 100k jobs is the round); `rounds` repeats the who
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench import harness
 from bench.scheduler_bench import CONFIG, ENTRYPOINT, _measure
+from bench.scheduler_process import scheduler_on_private_redis
 
 TARGETS = {"bytes_per_job_vs_goal": "<= 1.0", "create_p99_growth": "<= 2.0", "window_read_growth": "<= 2.0"}
 GOAL_BYTES_PER_JOB = 2048
@@ -115,39 +112,19 @@ def _level(address: str, redis_url: str, flush, jobs: int, probes: int) -> dict:
 def run(quick: bool, smoke: bool = False) -> dict:
     import redis
 
-    from paddleray.services.localstack.ports import read_ready_file, wait_until
-    from paddleray.services.localstack.redis_process import MEMORY_ARGS, RedisProcess
+    from paddleray.services.localstack.redis_process import MEMORY_ARGS
 
     levels, probes, rounds = ([200, 1000], 50, 1) if smoke else ([1000, 10000], 300, 1) if quick else (
         [1000, 10000, 100000], 500, 2)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    redis_server = RedisProcess(workdir / "redis").start()
-    ready_file = workdir / "scheduler.ready.json"
-    env = {**os.environ, "PADDLERAY_SCHEDULER_REDIS_URL": redis_server.url, "PADDLERAY_SCHEDULER_PORT": "0",
-           "PADDLERAY_SCHEDULER_READY_FILE": str(ready_file),
-           "PADDLERAY_SCHEDULER_DISPATCH": "false", "PADDLERAY_SCHEDULER_LOG_LEVEL": "WARNING"}
-    log = open(workdir / "scheduler.log", "wb")  # noqa: SIM115 - closed below
-    scheduler = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=env, stdout=log,
-                                 stderr=subprocess.STDOUT)
-
-    def ready() -> dict | None:
-        if scheduler.poll() is not None:
-            raise RuntimeError(f"the scheduler exited with {scheduler.returncode}; see {workdir / 'scheduler.log'}")
-        return read_ready_file(ready_file)
-
-    flush = redis.Redis.from_url(redis_server.url)
     curves: list[list[dict]] = []
-    try:
-        address = f"127.0.0.1:{wait_until(ready, timeout=60, message='the scheduler ready file')['port']}"
-        _measure("grpc", address, 100, 8)  # warm: imports, script cache, connections
-        for _ in range(rounds):
-            curves.append([_level(address, redis_server.url, flush, jobs, probes) for jobs in levels])
-    finally:
-        scheduler.terminate()
-        scheduler.wait(30)
-        log.close()
-        flush.close()
-        redis_server.stop()
+    with scheduler_on_private_redis("bench-scale-") as service:
+        flush = redis.Redis.from_url(service.redis_url)
+        try:
+            _measure("grpc", service.address, 100, 8)  # warm: imports, script cache, connections
+            for _ in range(rounds):
+                curves.append([_level(service.address, service.redis_url, flush, jobs, probes) for jobs in levels])
+        finally:
+            flush.close()
 
     def at(index: int, key: str) -> list[float]:
         return [curve[index][key] for curve in curves]

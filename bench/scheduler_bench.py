@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness
+from bench.scheduler_process import scheduler_on_private_redis
 
 ENTRYPOINT = "paddleray.services.trainer.examples.digits_mlp:train"
 TARGETS = {"create_vs_rq": ">= 1.0"}
@@ -124,44 +123,23 @@ def _measure(kind: str, target: str, jobs: int, concurrency: int) -> dict:
 def run(quick: bool, smoke: bool = False) -> dict:
     import redis
 
-    from paddleray.services.localstack.ports import read_ready_file, wait_until
-    from paddleray.services.localstack.redis_process import RedisProcess
-
     rounds, jobs_c32, jobs_c1, warm_up = (1, 200, 50, 100) if smoke else (3, 4000, 500, 1000) if quick else (5, 10000, 1500, 1000)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-scheduler-"))
-    redis_server = RedisProcess(workdir / "redis").start()
-    ready_file = workdir / "scheduler.ready.json"
-    env = {**os.environ, "PADDLERAY_SCHEDULER_REDIS_URL": redis_server.url, "PADDLERAY_SCHEDULER_PORT": "0",
-           "PADDLERAY_SCHEDULER_READY_FILE": str(ready_file),
-           "PADDLERAY_SCHEDULER_DISPATCH": "false", "PADDLERAY_SCHEDULER_LOG_LEVEL": "WARNING"}
-    log = open(workdir / "scheduler.log", "wb")  # noqa: SIM115 - closed below
-    scheduler = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=env, stdout=log,
-                                 stderr=subprocess.STDOUT)
-
-    def ready() -> dict | None:
-        if scheduler.poll() is not None:
-            raise RuntimeError(f"the scheduler exited with {scheduler.returncode}; see {workdir / 'scheduler.log'}")
-        return read_ready_file(ready_file)
-
-    flush = redis.Redis.from_url(redis_server.url)
-    try:
-        address = f"127.0.0.1:{wait_until(ready, timeout=60, message='the scheduler ready file')['port']}"
-        # A service runs for long: warm it (imports, script cache, connection pool) untimed.
-        _measure("grpc", address, warm_up, 32)
-        samples: dict[str, list[dict]] = {k: [] for k in ("grpc_c32", "rq_c32", "grpc_c1", "rq_c1")}
-        for _ in range(rounds):
-            for name, kind, target, jobs, conc in (
-                ("grpc_c32", "grpc", address, jobs_c32, 32), ("rq_c32", "rq", redis_server.url, jobs_c32, 32),
-                ("grpc_c1", "grpc", address, jobs_c1, 1), ("rq_c1", "rq", redis_server.url, jobs_c1, 1),
-            ):
-                flush.flushdb()
-                samples[name].append(_measure(kind, target, jobs, conc))
-    finally:
-        scheduler.terminate()
-        scheduler.wait(30)
-        log.close()
-        flush.close()
-        redis_server.stop()
+    samples: dict[str, list[dict]] = {k: [] for k in ("grpc_c32", "rq_c32", "grpc_c1", "rq_c1")}
+    with scheduler_on_private_redis("bench-scheduler-") as service:
+        address, redis_url = service.address, service.redis_url
+        flush = redis.Redis.from_url(redis_url)
+        try:
+            # A service runs for long: warm it (imports, script cache, connection pool) untimed.
+            _measure("grpc", address, warm_up, 32)
+            for _ in range(rounds):
+                for name, kind, target, jobs, conc in (
+                    ("grpc_c32", "grpc", address, jobs_c32, 32), ("rq_c32", "rq", redis_url, jobs_c32, 32),
+                    ("grpc_c1", "grpc", address, jobs_c1, 1), ("rq_c1", "rq", redis_url, jobs_c1, 1),
+                ):
+                    flush.flushdb()
+                    samples[name].append(_measure(kind, target, jobs, conc))
+        finally:
+            flush.close()
 
     def med(name: str, key: str) -> float:
         return round(statistics.median(s[key] for s in samples[name]), 2)
