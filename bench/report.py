@@ -29,9 +29,10 @@ def _plot(doc: dict) -> str | None:
     keys = list(ratios)
     colors = ["tab:green" if meets(ratios[k], doc["targets"].get(k, ">= -inf")) else "tab:red" for k in keys]
     spreads = doc.get("spread", {})
+    # Headline ratios are rounded and the spread is not: never a whisker below zero length.
     errors = [
-        [ratios[k] - (spreads.get(k, {}).get("min") or ratios[k]) for k in keys],
-        [(spreads.get(k, {}).get("max") or ratios[k]) - ratios[k] for k in keys],
+        [max(0.0, ratios[k] - (spreads.get(k, {}).get("min") or ratios[k])) for k in keys],
+        [max(0.0, (spreads.get(k, {}).get("max") or ratios[k]) - ratios[k]) for k in keys],
     ]
     ax.barh(keys, [ratios[k] for k in keys], color=colors, xerr=errors, capsize=4)
     for i, key in enumerate(keys):
