@@ -11,8 +11,11 @@ Its own because the stack lives for the whole session, beside every later test:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,8 @@ import pytest
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.ports import pid_alive, wait_until
 from support.cli import MODULE, Cli
+
+NODE_CLIENT = Path(__file__).parents[3] / "clients" / "node"
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +69,18 @@ def address(cli_stack) -> str:
 @pytest.fixture
 def cli(address) -> Cli:
     return Cli(address)
+
+
+@pytest.fixture(scope="session")
+def node_client() -> Path:
+    """clients/node with its npm packages installed from the lock file (`npm ci`, only when the
+    lock changed), so CI needs nothing else."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    assert node and npm, "Node.js 20 and npm are needed for the Node client test (apt-get install nodejs npm)"
+    lock = hashlib.sha256((NODE_CLIENT / "package-lock.json").read_bytes()).hexdigest()
+    stamp = NODE_CLIENT / "node_modules" / ".paddleray-lock-sha256"
+    if not stamp.exists() or stamp.read_text() != lock:
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_CLIENT, check=True, timeout=240,
+                       capture_output=True)
+        stamp.write_text(lock)
+    return NODE_CLIENT

@@ -6,6 +6,7 @@ the v2 endpoint, split 50/50, refused deletion while served, undeployed and dele
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -50,7 +51,7 @@ def _json(result):
     return json.loads(_ok(result).stdout)
 
 
-def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, tmp_path):
+def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, node_client, tmp_path):
     cli = serving_cli
     trained = _ok(cli("jobs", "submit", f"{MLP}:train", "--config", json.dumps(CONFIG), "--watch"))
     job = next(line.split()[1] for line in trained.stdout.splitlines() if line.startswith("created "))
@@ -98,6 +99,7 @@ def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, tmp_path):
     assert "model_name 'cli-digits' version 1" in table.stdout and "argmax per row" in table.stdout
     wrong = cli("predict", MODEL, "--input", f"y=@{rows}")
     assert wrong.exit_code == ExitCode.USAGE and "unknown input 'y'" in wrong.stderr, wrong.stderr
+    _node_infers_what_the_cli_does(cli, node_client, tmp_path)
 
     _ok(cli("deployments", "update", MODEL, "--traffic", "1=50,2=50", "--wait"))
     got = _json(cli("deployments", "get", MODEL, "-o", "json"))
@@ -121,3 +123,19 @@ def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, tmp_path):
     assert [v["name"] for v in _json(cli("models", "versions", MODEL, "-o", "json"))] == [f"models/{MODEL}/versions/1"]
     assert f"deleted models/{MODEL}" in _ok(cli("models", "delete", MODEL)).stdout
     assert cli("models", "get", MODEL).exit_code == ExitCode.REJECTED
+
+
+def _node_infers_what_the_cli_does(cli, node_client, tmp_path) -> None:
+    """The Node client's v2 calls (ServerLive, ServerReady, ModelInfer with typed FP32 contents)
+    at the endpoint the deployment shows, against the CLI's answer for the same row (all 0.5)."""
+    endpoint = _json(cli("deployments", "get", MODEL, "-o", "json"))["endpoint"]
+    node = subprocess.run(["node", "client.mjs", "--inference", endpoint, "--model", MODEL, "--input-shape", "1,64"],
+                          cwd=node_client, capture_output=True, text=True, timeout=120)
+    assert node.returncode == 0, node.stdout + node.stderr
+    steps = {r["step"]: r for r in map(json.loads, node.stdout.splitlines())}
+    assert steps["inference"] == {"step": "inference", "live": True, "ready": True}
+    assert steps["infer"]["model"] == MODEL and steps["infer"]["shape"] == [1, 10]
+    row = tmp_path / "half.json"
+    row.write_text(json.dumps([[0.5] * 64]))
+    expected = _json(cli("predict", MODEL, "--input", f"x=@{row}", "-o", "json"))["outputs"][0]["data"]
+    np.testing.assert_allclose(steps["infer"]["values"], np.ravel(expected), rtol=1e-5, atol=1e-6)

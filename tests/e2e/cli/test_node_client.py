@@ -1,31 +1,15 @@
-"""The Node.js client (clients/node) against the real stack: its npm packages installed from the
-lock file by this fixture (`npm ci`, only when the lock changed), so CI needs nothing else."""
+"""The Node.js client (clients/node) against the real stack (its npm packages are installed by the
+`node_client` fixture in conftest.py); its v2 inference calls are in test_cli_serving.py, where a
+model is deployed."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-NODE_CLIENT = Path(__file__).parents[3] / "clients" / "node"
-
-
-@pytest.fixture(scope="session")
-def node_client() -> Path:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, "Node.js 20 and npm are needed for the Node client test (apt-get install nodejs npm)"
-    lock = hashlib.sha256((NODE_CLIENT / "package-lock.json").read_bytes()).hexdigest()
-    stamp = NODE_CLIENT / "node_modules" / ".paddleray-lock-sha256"
-    if not stamp.exists() or stamp.read_text() != lock:
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_CLIENT, check=True, timeout=240,
-                       capture_output=True)
-        stamp.write_text(lock)
-    return NODE_CLIENT
 
 
 def test_node_creates_watches_lists_and_reads_logs_of_a_job(node_client, cli_stack):
