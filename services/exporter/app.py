@@ -27,6 +27,7 @@ from paddleray.services.exporter.models import ModelRegistry
 from paddleray.services.exporter.ray_exports import RayExportRunner
 from paddleray.services.exporter.reconciler import Reconciler
 from paddleray.services.exporter.serving.controller import ServingController
+from paddleray.services.exporter.serving.ownership import ServeOwnership
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.exporter.sources import SchedulerJobs
 from paddleray.services.exporter.store import RegistryStore
@@ -54,8 +55,9 @@ class ExporterApp:
         self.models = ModelRegistry(self.store, settings.storage_root)
         self.controller = ServingController(grpc_port=settings.serving_grpc_port, http_host=settings.serving_http_host,
                                             http_port=settings.serving_http_port)
+        self.ownership = ServeOwnership()
         self.reconciler = Reconciler(self.deployment_store, self.store, self.controller, self.ray, settings.storage_root,
-                                     settings.reconcile_interval_s)
+                                     settings.reconcile_interval_s, ownership=self.ownership)
         def endpoint() -> str:
             return settings.inference_endpoint or f"127.0.0.1:{self.controller.grpc_port}"
 

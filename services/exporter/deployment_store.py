@@ -14,6 +14,7 @@ recorded before tenants existed have none: they are DEFAULT_TENANT's (filled in 
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -65,6 +66,11 @@ class DeploymentStore:
         self._update = client.register_script(script("update_deployment.lua"))
         self._remove = client.register_script(script("remove_deployment.lua"))
         self._cas = client.register_script(script("cas_write.lua"))
+
+    async def installation_id(self) -> str:
+        """This installation's id, made by the first replica that asks (serving/ownership.py)."""
+        await self.redis.set(keys.installation(), uuid.uuid4().hex, nx=True)
+        return (await self.redis.get(keys.installation())).decode()
 
     async def create(
         self, deployment: deployment_pb2.Deployment, targets: list[tuple[str, int]], request_id: str

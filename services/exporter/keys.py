@@ -9,6 +9,12 @@ from __future__ import annotations
 PREFIX = "paddleray:exp:"
 
 
+def installation() -> str:
+    """String: this installation's id (one per Redis, shared by the exporter's replicas), the
+    name it manages Ray Serve under (serving/ownership.py)."""
+    return f"{PREFIX}installation"
+
+
 def model(model_id: str) -> str:
     """Hash: proto (the Model without latest_version), gen (bumped by every write), latest
     (newest version number, the counter new versions take theirs from), member."""

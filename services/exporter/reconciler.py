@@ -25,11 +25,12 @@ from pathlib import Path
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
 from paddleray.services.common import errors
-from paddleray.services.common.ray_connection import RayConnection
+from paddleray.services.common.ray_connection import RayConnection, in_daemon_thread
 from paddleray.services.exporter import convert, deployment_spec
 from paddleray.services.exporter.deployment_store import DeploymentRecord, DeploymentStore
 from paddleray.services.exporter.exports import artifact_dir
 from paddleray.services.exporter.serving import spec as serving
+from paddleray.services.exporter.serving.ownership import ServeOwnership
 from paddleray.services.exporter.store import RegistryStore
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,10 @@ _ACTIVE = (D.DEPLOYMENT_STATE_DEPLOYING, D.DEPLOYMENT_STATE_UPDATING, D.DEPLOYME
 
 class Reconciler:
     def __init__(self, deployments: DeploymentStore, registry: RegistryStore, controller, ray: RayConnection,
-                 storage_root: Path, interval_s: float = 5.0) -> None:
+                 storage_root: Path, interval_s: float = 5.0, ownership: ServeOwnership | None = None) -> None:
+        """ownership: checked before Serve is touched (another installation's Serve is left alone)."""
         self.deployments = deployments
+        self.ownership = ownership
         self.registry = registry
         self.controller = controller
         self.ray = ray
@@ -93,6 +96,8 @@ class Reconciler:
         records = await self.deployments.all()
         if not records and not self._started:
             return  # nothing to serve: Serve (and the ports it opens) starts with the first deployment
+        if self.ownership is not None and not await self._own_serve(records):
+            return
         if not self._started:
             await self.controller.start()
             self._started = True
@@ -113,6 +118,23 @@ class Reconciler:
         for record in records:
             await self._record_observation(record, status, problems.get(record.deployment_id, ""))
         self.passes += 1
+
+    async def _own_serve(self, records: list[DeploymentRecord]) -> bool:
+        """Whether this installation manages Serve on the cluster; if not, every deployment says why."""
+        assert self.ownership is not None
+        if not self.ownership.installation:
+            self.ownership.installation = await self.deployments.installation_id()
+        try:
+            await in_daemon_thread(self.ownership.claim)
+        except errors.FailedPrecondition as exc:
+            if self._apply_error != exc.message:
+                log.warning("%s", exc.message)
+            self._started, self._applied, self._apply_error = False, None, exc.message
+            for record in records:
+                if record.deployment.state != D.DEPLOYMENT_STATE_DELETING:
+                    await self._record_observation(record, {}, exc.message)
+            return False
+        return True
 
     async def cluster_lost(self, reason: str) -> None:
         """The Ray cluster went (the connection's on_lost; no Ray call here): cancels the pass in

@@ -209,3 +209,34 @@ async def test_a_deployment_is_not_healthy_before_the_apply_of_its_spec_returned
     controller.release.set()
     await applying
     assert (await manager.get("deployments/prod")).state == D.DEPLOYMENT_STATE_HEALTHY
+
+
+class Refused:
+    """A ServeOwnership whose claim fails as when another installation's exporter manages Serve."""
+
+    def __init__(self) -> None:
+        self.installation = ""
+        self.refuse = True
+
+    def claim(self) -> None:
+        if self.refuse:
+            raise errors.FailedPrecondition("Ray Serve on this cluster is managed by another paddleray installation")
+
+
+async def test_serve_managed_by_another_installation_is_left_alone_and_deployments_say_why(
+        deployment_store, store, controller, cluster, tmp_path):
+    ownership = Refused()
+    reconciler = Reconciler(deployment_store, store, controller, cluster, tmp_path, ownership=ownership)
+    manager = DeploymentManager(deployment_store, store, "127.0.0.1:9000", reconciler.wake, reconciler.live)
+    await ready_version(store, tmp_path, "digits")
+    await manager.create("prod", split((1, 100), serving_name="digits"), "")
+    await reconciler.reconcile()
+    assert controller.starts == 0 and controller.applied == []
+    stored = (await deployment_store.get("prod")).deployment
+    assert stored.state == D.DEPLOYMENT_STATE_UNHEALTHY and "another paddleray installation" in stored.state_reason
+    assert ownership.installation, "the installation id is read from Redis before the claim"
+    # Once the other one has ended (the claim succeeds), this one starts Serve and applies.
+    ownership.refuse = False
+    await reconciler.reconcile()
+    assert controller.starts == 1 and len(controller.applied) == 1
+    assert (await deployment_store.get("prod")).deployment.state == D.DEPLOYMENT_STATE_HEALTHY
