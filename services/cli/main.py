@@ -87,6 +87,9 @@ app.add_typer(experiments_commands.app, name="experiments")
 app.add_typer(models_commands.app, name="models")
 app.add_typer(deployments_commands.app, name="deployments")
 app.command(name="predict")(predict_command.predict)
+# Top-level shortcuts of the two commands of the serving path, as `submit` and `logs` are for jobs.
+app.command(name="export")(models_commands.export)
+app.command(name="deploy")(deployments_commands.create)
 
 
 def main() -> None:

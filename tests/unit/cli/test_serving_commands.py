@@ -85,6 +85,8 @@ def test_inputs_from_npy_json_and_inline_and_conversion_to_the_models_datatype(t
      "--replicas"),
     (["deployments", "create", "d", "--model", "m", "--version", "1", "--backend", "tensorrt"], "--backend"),
     (["deployments", "update", "d"], "--traffic"),
+    (["export", "--model", "m"], "--job / --checkpoint"),  # the top-level shortcuts
+    (["deploy", "d", "--model", "m"], "--version / --traffic"),
     (["predict", "m", "--input", "x=@/no/such/file.npy"], "--input"),
     (["predict", "m", "--input", "x=[1]", "--input", "x=[2]"], "--input"),
 ])
