@@ -42,12 +42,30 @@ def serving_exporter(ray_cluster, redis_server, tmp_path_factory):
     thread.stop()
 
 
+class Inference:
+    """The v2 stub at the port Serve's proxy really uses, known once the first deployment started
+    Serve (a Serve an earlier test left on the shared head keeps the port it was started with)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self._channel: grpc.Channel | None = None
+
+    def ModelInfer(self, request, timeout: float):  # noqa: N802 - the v2 RPC's name
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(f"127.0.0.1:{self.app.controller.grpc_port}")
+        return grpc_service_pb2_grpc.GRPCInferenceServiceStub(self._channel).ModelInfer(request, timeout=timeout)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+
+
 @pytest.fixture(scope="module")
 def clients(serving_exporter):
-    with grpc.insecure_channel(serving_exporter.address) as channel, \
-            grpc.insecure_channel(f"127.0.0.1:{serving_exporter.app.settings.serving_grpc_port}") as inference:
-        yield ExporterClient(exporter_service_pb2_grpc.ExporterServiceStub(channel)), \
-            grpc_service_pb2_grpc.GRPCInferenceServiceStub(inference)
+    inference = Inference(serving_exporter.app)
+    with grpc.insecure_channel(serving_exporter.address) as channel:
+        yield ExporterClient(exporter_service_pb2_grpc.ExporterServiceStub(channel)), inference
+    inference.close()
 
 
 def _dynamic(checkpoint: str, x: np.ndarray) -> np.ndarray:
