@@ -49,6 +49,7 @@ class Reconciler:
         """ownership: checked before Serve is touched (another installation's Serve is left alone)."""
         self.deployments = deployments
         self.ownership = ownership
+        self._ownership_unchecked = False
         self.registry = registry
         self.controller = controller
         self.ray = ray
@@ -134,6 +135,10 @@ class Reconciler:
                 if record.deployment.state != D.DEPLOYMENT_STATE_DELETING:
                     await self._record_observation(record, {}, exc.message)
             return False
+        except Exception as exc:  # noqa: BLE001 - no GCS key-value store to ask (Ray Client): go on
+            if not self._ownership_unchecked:
+                log.warning("cannot check which installation manages Ray Serve (%r); serving without the check", exc)
+                self._ownership_unchecked = True
         return True
 
     async def cluster_lost(self, reason: str) -> None:
