@@ -178,12 +178,17 @@ async def test_priority_then_fifo_and_tenant_job_limit(stack_factory):
     async with stack_factory(cpus=1, tenant_limits={"greedy": TenantLimits(max_jobs=1)}) as stack:
         await stack.create(make_job(config={"hang": True}), job_id="blocker")
         await _wait_state(stack, "jobs/blocker", J.JOB_STATE_RUNNING)
+        passes = _count_passes(stack.app.dispatcher)
         await stack.create(make_job(config={"steps": 1}), job_id="low")
         await stack.create(make_job(config={"steps": 1}, priority=10), job_id="high")
         # A pass decides on the queue as it read it: one that read only "low" and claims after
-        # the blocker's CPU is free would start "low" first. Let such a pass end (it finds no
-        # room while the blocker runs), so the next pass sees both.
-        await asyncio.sleep(0.5)
+        # the blocker's CPU is free would start "low" first. Let every pass that may have
+        # started before "high" existed end (they find no room while the blocker runs): two
+        # more passes done means one began after it. A fixed sleep lost that race under load.
+        seen = passes()
+        async with asyncio.timeout(30):
+            while passes() < seen + 2:
+                await asyncio.sleep(0.02)
         await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/blocker"))
         high, low = await stack.wait_terminal("jobs/high"), await stack.wait_terminal("jobs/low")
         assert high.start_time.ToNanoseconds() < low.start_time.ToNanoseconds()
@@ -208,6 +213,21 @@ async def test_get_job_logs_proxies_the_runs_logs(stack_factory):
         lines = [line async for r in stack.stub.GetJobLogs(js.GetJobLogsRequest(name=job.name, tail_lines=2))
                  for line in r.lines]
         assert [line.text for line in lines] == [f"{done.attempts[0].run} line {i}" for i in (3, 4)]
+
+
+def _count_passes(dispatcher):
+    """Counts the dispatcher's finished passes from now on; returns a reader of the count."""
+    done = [0]
+    one_pass = dispatcher.dispatch_once
+
+    async def counted() -> int:
+        try:
+            return await one_pass()
+        finally:
+            done[0] += 1
+
+    dispatcher.dispatch_once = counted
+    return lambda: done[0]
 
 
 async def _wait_state(stack, name: str, state: int, timeout: float = 30) -> job_pb2.Job:
