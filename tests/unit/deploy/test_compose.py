@@ -147,6 +147,14 @@ def test_drivers_join_the_cluster_at_the_heads_gcs_and_share_the_drivers_node():
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"].startswith("${RAY_AUTH_TOKEN"), name
 
 
+def test_the_exporter_reads_jobs_from_the_scheduler_with_its_token():
+    """ExportModel from a job asks the scheduler for it; the exporter's default address
+    (127.0.0.1:50051) is nothing inside the drivers node's network."""
+    scheduler, exporter = _env(_services()["scheduler"]), _env(_services()["exporter"])
+    assert exporter["PADDLERAY_EXPORTER_SCHEDULER_ADDRESS"] == f"{_host('scheduler')}:{scheduler['PADDLERAY_SCHEDULER_PORT']}"
+    assert exporter["PADDLERAY_EXPORTER_SCHEDULER_AUTH_TOKEN"] == scheduler["PADDLERAY_SCHEDULER_AUTH_TOKEN"]
+
+
 def test_the_scheduler_shares_the_trainers_storage_and_allowlist():
     scheduler, trainer = _env(_services()["scheduler"]), _env(_services()["trainer"])
     assert scheduler["PADDLERAY_SCHEDULER_ENTRYPOINT_ALLOWLIST"] == trainer["PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST"]

@@ -188,3 +188,29 @@ def test_the_scheduler_checks_the_trainers_allowlist():
         for service in ("scheduler", "trainer")
     }
     assert allowlists["scheduler"] == allowlists["trainer"]
+
+
+def _secret_of(env_var: dict) -> tuple[str, str]:
+    ref = env_var["valueFrom"]["secretKeyRef"]
+    return ref["name"], ref["key"]
+
+
+def test_the_exporter_reads_jobs_from_the_scheduler_service_with_the_schedulers_token():
+    """ExportModel from a job asks the scheduler for it: the exporter's default
+    (127.0.0.1:50051) answers nothing in the drivers pod."""
+    exporter = {e["name"]: e for e in _container("exporter")["env"]}
+    host, port = exporter["PADDLERAY_EXPORTER_SCHEDULER_ADDRESS"]["value"].split(":")
+    scheduler_service = _by_kind("Service")[host]
+    [grpc_port] = [p["port"] for p in scheduler_service["spec"]["ports"] if p["name"] == "grpc"]
+    assert int(port) == grpc_port
+    scheduler = {e["name"]: e for e in _container("scheduler")["env"]}
+    assert _secret_of(exporter["PADDLERAY_EXPORTER_SCHEDULER_AUTH_TOKEN"]) == _secret_of(
+        scheduler["PADDLERAY_SCHEDULER_AUTH_TOKEN"]
+    )
+
+
+def test_deployments_report_the_inference_service_as_their_endpoint():
+    exporter = {e["name"]: e.get("value") for e in _container("exporter")["env"]}
+    host, port = exporter["PADDLERAY_EXPORTER_INFERENCE_ENDPOINT"].split(":")
+    [service_port] = _by_kind("Service")[host]["spec"]["ports"]
+    assert int(port) == service_port["port"] == int(exporter["PADDLERAY_EXPORTER_SERVING_GRPC_PORT"])
