@@ -143,6 +143,8 @@ def test_one_python_on_every_ray_node_and_it_satisfies_requires_python():
         *_, runtime = stages(name)
         # The patch releases of python.org's and Ubuntu's builds differ; the minor may not.
         assert env_of(runtime)["RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL"] == "minor", name
+        # `python` and `ray` are the env's (the Paddle base has a Python of its own, 3.10).
+        assert env_of(runtime)["PATH"].split(":")[0] == "/opt/paddleray/bin", name
         runs = " ".join(args_of(name, "RUN"))
         assert "sys.version_info[:2] == '${PYTHON_VERSION}'" in runs, f"{name}: the build checks its Python"
     assert [a for ins, a in stages("cpu")[1] if ins == "FROM"] == ["python:${PYTHON_VERSION}-slim-bookworm AS build"]

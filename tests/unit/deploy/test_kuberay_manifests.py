@@ -141,6 +141,8 @@ def test_rayjob_smoke_test_asks_for_a_gpu_on_gpu_workers():
     [worker] = _containers(gpu)
     assert "paddleray-gpu" in worker["image"]
     assert int(worker["resources"]["limits"]["nvidia.com/gpu"]) == 1
+    # Exactly the GPUs the entrypoint uses: a second GPU pod would only hold a card idle.
+    assert gpu["replicas"] == gpu["maxReplicas"] == job["entrypointNumGpus"]
 
 
 def test_every_ray_container_exposes_the_metrics_port_prometheus_scrapes():
