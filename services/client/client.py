@@ -38,15 +38,11 @@ from paddleray.services.client.errors import SpecError, Unreachable, WaitTimeout
 from paddleray.services.client.exporter import Exporter
 from paddleray.services.client.inference import Inference
 from paddleray.services.client.streams import LogCursor, Reconnect, resuming
+from paddleray.services.common import states
 
 J = job_pb2.JobState
-E = experiment_pb2.ExperimentState
-TERMINAL_JOB_STATES = frozenset({
-    J.JOB_STATE_SUCCEEDED, J.JOB_STATE_FAILED, J.JOB_STATE_CANCELLED, J.JOB_STATE_TIMED_OUT, J.JOB_STATE_EARLY_STOPPED,
-})
-TERMINAL_EXPERIMENT_STATES = frozenset({
-    E.EXPERIMENT_STATE_SUCCEEDED, E.EXPERIMENT_STATE_FAILED, E.EXPERIMENT_STATE_CANCELLED,
-})
+TERMINAL_JOB_STATES = states.JOB_TERMINAL
+TERMINAL_EXPERIMENT_STATES = states.EXPERIMENT_TERMINAL
 
 
 def job_name(name_or_id: str) -> str:

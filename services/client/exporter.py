@@ -21,13 +21,11 @@ from paddleray.exporter.v1 import (
 )
 from paddleray.services.client.deployments import ServingOptions, deployment_name, model_name, traffic_targets
 from paddleray.services.client.errors import ConfigError, ServiceError, WaitTimeout
-from paddleray.services.common import structs
+from paddleray.services.common import states, structs
 
 V = model_pb2.ModelVersionState
 D = deployment_pb2.DeploymentState
-TERMINAL_VERSION_STATES = frozenset({
-    V.MODEL_VERSION_STATE_READY, V.MODEL_VERSION_STATE_VALIDATION_FAILED, V.MODEL_VERSION_STATE_FAILED,
-})
+TERMINAL_VERSION_STATES = states.MODEL_VERSION_TERMINAL
 SETTLED_DEPLOYMENT_STATES = frozenset({D.DEPLOYMENT_STATE_HEALTHY, D.DEPLOYMENT_STATE_UNHEALTHY})
 
 

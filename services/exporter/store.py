@@ -27,12 +27,11 @@ from typing import TypeVar
 import redis.asyncio as aioredis
 
 from paddleray.exporter.v1 import model_pb2
+from paddleray.services.common import states
 from paddleray.services.common.identity import DEFAULT_TENANT
 from paddleray.services.exporter import keys
 
-S = model_pb2.ModelVersionState
-TERMINAL_STATES = frozenset({S.MODEL_VERSION_STATE_READY, S.MODEL_VERSION_STATE_VALIDATION_FAILED,
-                             S.MODEL_VERSION_STATE_FAILED})
+TERMINAL_STATES = states.MODEL_VERSION_TERMINAL
 # A version changes a handful of times (EXPORTING, VALIDATING, its end): the cap is a backstop.
 _CHANGES_CAP = 100
 _SCAN_CHUNK = 200

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
+from paddleray.services.common import states
 from paddleray.services.common.server import start_server, stop_server
 from paddleray.services.exporter.__main__ import registrations
 from paddleray.services.exporter.app import ExporterApp
@@ -25,8 +26,7 @@ from support import free_port, wait_until
 WORKERS = Path(__file__).parent.parent / "integration" / "exporter" / "workers"
 BUILDERS = "exporter_test_builders"
 EXAMPLES = "paddleray.services.trainer.examples"
-TERMINAL = {model_pb2.MODEL_VERSION_STATE_READY, model_pb2.MODEL_VERSION_STATE_VALIDATION_FAILED,
-            model_pb2.MODEL_VERSION_STATE_FAILED}
+TERMINAL = states.MODEL_VERSION_TERMINAL
 
 
 def new_model(model_id: str, create_ms: int = 1_000) -> model_pb2.Model:
