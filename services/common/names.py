@@ -16,6 +16,13 @@ from paddleray.services.common.errors import InvalidArgument
 ID_PATTERN = r"[a-z][a-z0-9-]{0,62}"
 _ID = re.compile(ID_PATTERN)
 _VARIABLE = re.compile(r"\{([a-z_]+)\}")
+# A model version's number, as the last segment of its name and as a v2 model_version.
+VERSION_NUMBER_PATTERN = r"[1-9][0-9]{0,17}"
+# Serving names (Deployment.serving_name: the model_name v2 clients send, part of Ray Serve
+# application names) allow '.' and '_' and a leading digit, as Triton model names do.
+SERVING_NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,62}"
+_SERVING_NAME = re.compile(SERVING_NAME_PATTERN)
+_VERSION_NUMBER = re.compile(VERSION_NUMBER_PATTERN)
 
 
 def check_id(value: str, field: str) -> str:
@@ -23,6 +30,14 @@ def check_id(value: str, field: str) -> str:
     if not _ID.fullmatch(value):
         raise InvalidArgument(field, f"must match {ID_PATTERN} (lower-case letters, digits and '-')")
     return value
+
+
+def is_serving_name(value: str) -> bool:
+    return _SERVING_NAME.fullmatch(value) is not None
+
+
+def is_version_number(value: str) -> bool:
+    return _VERSION_NUMBER.fullmatch(value) is not None
 
 
 class ResourceName:
@@ -73,5 +88,5 @@ JOB = ResourceName("jobs/{job}")
 EXPERIMENT = ResourceName("experiments/{experiment}")
 RUN = ResourceName("runs/{run}")
 MODEL = ResourceName("models/{model}")
-MODEL_VERSION = ResourceName("models/{model}/versions/{version}", version=r"[1-9][0-9]{0,17}")
+MODEL_VERSION = ResourceName("models/{model}/versions/{version}", version=VERSION_NUMBER_PATTERN)
 DEPLOYMENT = ResourceName("deployments/{deployment}")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import re
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
 from paddleray.services.common import errors, names
 from paddleray.services.exporter.export_spec import predictor_options
 
-_SERVING_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 MAX_TARGETS = 8
 MAX_REPLICAS = 64
 MAX_BATCH = 1024
@@ -17,7 +15,7 @@ MUTABLE_PATHS = ("traffic", "backend", "predictor", "num_replicas", "autoscaling
 
 
 def check_serving_name(value: str, where: str = "deployment.serving_name") -> None:
-    if not _SERVING_NAME.fullmatch(value):
+    if not names.is_serving_name(value):
         raise errors.InvalidArgument(where, "must be 1-63 characters of [a-z0-9._-], starting with a letter or digit")
 
 

@@ -108,7 +108,7 @@ class ModelRegistry:
         position = paging.decode_page_token(page_token, {"parent": parent}, "ListModelVersions")
         below = None
         if position is not None:
-            if not position.isdigit():
+            if not names.is_version_number(position):
                 raise errors.InvalidArgument("page_token", "not a token returned by ListModelVersions")
             below = int(position)
         record = await self.store.get_model(model_id)

@@ -8,16 +8,13 @@ resources into these and the serving layer translates these into Ray Serve appli
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from paddleray.services.common import names
 from paddleray.services.common.errors import InvalidArgument
 
 BACKENDS = ("paddle", "onnx")
-# Serving names appear in v2 requests and in Serve application names.
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62})$")
-_VERSION_RE = re.compile(r"^[0-9]{1,9}$")
 
 
 @dataclass(frozen=True)
@@ -86,16 +83,16 @@ class ServedModel:
 
 def validate_models(models: Sequence[ServedModel]) -> None:
     """Raises InvalidArgument naming the first field that breaks a rule."""
-    names: set[str] = set()
+    served: set[str] = set()
     for i, model in enumerate(models):
         where = f"models[{i}]"
-        if not _NAME_RE.match(model.serving_name or ""):
+        if not names.is_serving_name(model.serving_name or ""):
             raise InvalidArgument(
                 f"{where}.serving_name", "1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit"
             )
-        if model.serving_name in names:
+        if model.serving_name in served:
             raise InvalidArgument(f"{where}.serving_name", f"'{model.serving_name}' is served twice")
-        names.add(model.serving_name)
+        served.add(model.serving_name)
         if not model.versions:
             raise InvalidArgument(f"{where}.versions", "at least one version")
         seen: set[str] = set()
@@ -109,7 +106,7 @@ def validate_models(models: Sequence[ServedModel]) -> None:
 
 
 def _validate_version(where: str, v: ServedVersion) -> None:
-    if not _VERSION_RE.match(v.version or ""):
+    if not names.is_version_number(v.version or ""):
         raise InvalidArgument(f"{where}.version", "the decimal n of models/<id>/versions/<n>")
     if not v.artifact_dir:
         raise InvalidArgument(f"{where}.artifact_dir", "required")

@@ -29,6 +29,8 @@ def _v(**kw) -> ServedVersion:
     ("models", "field"),
     [
         ([ServedModel("Bad Name", [_v()])], "models[0].serving_name"),
+        ([ServedModel("m\n", [_v()])], "models[0].serving_name"),
+        ([ServedModel("m", [_v(version="0")])], "models[0].versions[0].version"),
         ([ServedModel("m", [_v()]), ServedModel("m", [_v()])], "models[1].serving_name"),
         ([ServedModel("m", [])], "models[0].versions"),
         ([ServedModel("m", [_v(), _v()])], "models[0].versions[1].version"),
