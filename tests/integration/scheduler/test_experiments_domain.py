@@ -15,7 +15,7 @@ from google.protobuf import json_format
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, paging
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.experiment_store import ExperimentStore
 from paddleray.services.scheduler.experiments import ExperimentManager
@@ -221,6 +221,19 @@ async def test_list_is_newest_first_with_stable_pages_and_a_state_filter(sweep):
     assert [e.name for e in cancelled] == ["experiments/list-3"]
     with pytest.raises(errors.InvalidArgument):
         await sweep.list(2, "garbage", [])
+
+
+async def test_list_coerces_a_large_page_size_and_binds_tokens_to_their_filters(sweep):
+    for i in range(3):
+        await sweep.create(make_experiment(lrs=(0.1,)), f"aip-{i}")
+    page, token = await sweep.list(paging.MAX_PAGE_SIZE + 1, "", [])
+    assert len(page) == 3 and token == "", "above the maximum is coerced, not rejected (AIP-158)"
+    _, token = await sweep.list(1, "", [E.EXPERIMENT_STATE_RUNNING])
+    assert token
+    with pytest.raises(errors.InvalidArgument, match="other filters"):
+        await sweep.list(1, token, [])
+    page, _ = await sweep.list(1, token, [E.EXPERIMENT_STATE_RUNNING])
+    assert len(page) == 1
 
 
 async def test_list_pages_of_large_experiments_end_early_by_bytes(sweep):

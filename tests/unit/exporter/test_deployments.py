@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import field_mask_pb2
 
 from paddleray.exporter.v1 import deployment_pb2, model_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, paging
 from paddleray.services.exporter import keys
 from paddleray.services.exporter.deployments import DeploymentManager
 from paddleray.services.exporter.models import ModelRegistry
@@ -139,3 +139,5 @@ async def test_list_filters_by_model_and_version_and_pages(manager, store, tmp_p
         await manager.list_deployments(1, token, "models/b", "")
     page, _ = await manager.list_deployments(0, "", "", "models/b/versions/1")
     assert [d.name for d in page] == ["deployments/d2"]
+    page, token = await manager.list_deployments(paging.MAX_PAGE_SIZE + 1, "", "", "")
+    assert len(page) == 3 and token == "", "above the maximum is coerced, not rejected (AIP-158)"

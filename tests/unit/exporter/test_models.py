@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import field_mask_pb2
 
 from paddleray.exporter.v1 import model_pb2
-from paddleray.services.common import errors
+from paddleray.services.common import errors, paging
 from paddleray.services.exporter.models import ModelRegistry
 from support.exporter import new_model, new_version
 
@@ -55,6 +55,23 @@ async def test_list_pages_with_tokens_bound_to_the_parent(registry, store):
         await registry.list_versions("models/other", 1, "")
     with pytest.raises(errors.InvalidArgument, match="parent"):
         await registry.list_versions("digits", 1, "")
+
+
+async def test_list_calls_coerce_a_large_page_size_and_bind_tokens_to_their_filters(registry, store):
+    for model_id in ("a", "b", "c"):
+        await store.create_version(new_model(model_id), new_version(), "o", "")
+    models, token = await registry.list_models(paging.MAX_PAGE_SIZE + 1, "")
+    assert len(models) == 3 and token == "", "above the maximum is coerced, not rejected (AIP-158)"
+    versions, token = await registry.list_versions("models/a", paging.MAX_PAGE_SIZE + 1, "")
+    assert len(versions) == 1 and token == ""
+    _, token = await registry.list_models(1, "", tenant="default")
+    assert token
+    with pytest.raises(errors.InvalidArgument, match="other filters"):
+        await registry.list_models(1, token, tenant="")
+    # A token whose position is no version number (isdigit() took "²", which int() refuses).
+    forged = paging.encode_page_token("²", {"parent": "models/a"})
+    with pytest.raises(errors.InvalidArgument, match="page_token"):
+        await registry.list_versions("models/a", 1, forged)
 
 
 async def test_delete_model_removes_its_artifacts(registry, store, tmp_path):

@@ -7,18 +7,24 @@ import asyncio
 import pytest
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common import errors, paging
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.unit
 
 
-async def test_concurrent_retries_of_one_request_make_one_run(tmp_path):
-    (tmp_path / "data.csv").write_text("x,y\n1,2\n")
+@pytest.fixture
+def trainer(tmp_path) -> Trainer:
     trainer = Trainer(TrainerSettings(storage_root=tmp_path, entrypoint_allowlist=["pkg"]))
     trainer._spawn = lambda coro: coro.close()  # records only: no worker group is started
     trainer.load_runs()
     trainer.ray_connection.adopt()  # nothing here calls Ray: the run's execution is not started
+    return trainer
+
+
+async def test_concurrent_retries_of_one_request_make_one_run(trainer, tmp_path):
+    (tmp_path / "data.csv").write_text("x,y\n1,2\n")
     spec = common_pb2.TrainingSpec(
         entrypoint="pkg.mod:main", datasets=[common_pb2.Dataset(name="train", uri="data.csv")]
     )
@@ -30,13 +36,7 @@ async def test_concurrent_retries_of_one_request_make_one_run(tmp_path):
     assert [r.run_id for r in trainer.registry.all()] == [first.run_id]
 
 
-async def test_list_runs_pages_end_early_by_bytes(tmp_path):
-    from paddleray.services.common import paging
-
-    trainer = Trainer(TrainerSettings(storage_root=tmp_path, entrypoint_allowlist=["pkg"]))
-    trainer._spawn = lambda coro: coro.close()
-    trainer.load_runs()
-    trainer.ray_connection.adopt()
+async def test_list_runs_pages_end_early_by_bytes(trainer):
     spec = common_pb2.TrainingSpec(entrypoint="pkg.mod:main")
     spec.config.update({"blob": "x" * 900_000})
     for i in range(6):
@@ -49,3 +49,16 @@ async def test_list_runs_pages_end_early_by_bytes(tmp_path):
         if not token:
             break
     assert sorted(seen) == [f"big{i}" for i in range(6)] and len(seen) == 6
+
+
+async def test_list_runs_coerces_a_large_page_size_and_binds_tokens_to_their_filters(trainer):
+    spec = common_pb2.TrainingSpec(entrypoint="pkg.mod:main")
+    for i in range(3):
+        await trainer.start_run(spec, run_id=f"r{i}", job="jobs/a")
+    page, token = trainer.list_runs(page_size=paging.MAX_PAGE_SIZE + 1)
+    assert len(page) == 3 and token == "", "above the maximum is coerced, not rejected (AIP-158)"
+    _, token = trainer.list_runs(page_size=1, job="jobs/a")
+    assert token
+    with pytest.raises(errors.InvalidArgument, match="other filters"):
+        trainer.list_runs(page_size=1, page_token=token, job="jobs/b")
+    assert [r.run_id for r in trainer.list_runs(page_size=1, page_token=token, job="jobs/a")[0]] == ["r1"]
