@@ -286,7 +286,12 @@ class JobManager:
 
     async def update(self, record: JobRecord, job: job_pb2.Job, events=(), *, owner: str = "",
                      fields: dict[str, str | int] | None = None) -> bool:
-        """A compare-and-set write that keeps the state; False when the job changed meanwhile."""
+        """A compare-and-set write that keeps the state; False when the job changed meanwhile.
+
+        A state change here would skip ALLOWED and its event: it is refused (transition/claim
+        record every state change)."""
+        if job.state != record.job.state:
+            raise ValueError(f"{record.job.name}: update() keeps the state; use transition() to change it")
         job.update_time.CopyFrom(now_ts())
         return self._settled(await self.store.update(record, job, list(events), owner=owner, fields=fields),
                              record.job_id)

@@ -33,6 +33,17 @@ async def test_create_writes_record_indexes_queue_and_first_event(manager, raw_r
     assert events[0].sequence == 1 and events[0].state_change.to_state == J.JOB_STATE_QUEUED
 
 
+async def test_update_refuses_to_change_the_state_which_only_transition_and_claim_record(manager):
+    await manager.create(make_job(), job_id="keep")
+    record = await manager.record("jobs/keep")
+    job = job_pb2.Job()
+    job.CopyFrom(record.job)
+    job.state = J.JOB_STATE_SUCCEEDED
+    with pytest.raises(ValueError, match="transition"):
+        await manager.update(record, job)
+    assert (await manager.get("jobs/keep")).state == J.JOB_STATE_QUEUED
+
+
 async def test_request_id_makes_create_idempotent(manager, raw_redis):
     first = await manager.create(make_job(), request_id="req-1")
     again = await manager.create(make_job(priority=5), request_id="req-1")
