@@ -80,13 +80,13 @@ class Reconciler:
             finally:
                 self._pass.cancel()  # this loop cancelled: the pass with it (no-op when done)
             failure = None if self._pass.cancelled() else self._pass.exception()
-            away = isinstance(failure, errors.Unavailable) and not self.ray.connected
-            if away:
+            away = failure if isinstance(failure, errors.Unavailable) and not self.ray.connected else None
+            if away is not None:
                 if not skipping:  # once per outage, not every interval
-                    log.info("reconcile passes skipped: %s", failure.message)
+                    log.info("reconcile passes skipped: %s", away.message)
             elif failure is not None:  # Redis or Ray away for now: the next pass retries
                 log.warning("reconcile pass failed", exc_info=failure)
-            skipping = away
+            skipping = away is not None
             try:
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
             except TimeoutError:

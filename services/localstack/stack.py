@@ -101,6 +101,7 @@ def _start_redis(state_dir: Path, redis_url: str | None) -> tuple[str, int | Non
     _ensure_redis_server_binary()
     # Durable: the scheduler's promise that nothing accepted is lost needs an fsync'd AOF.
     redis = RedisProcess(state_dir / "redis", durable=True).start()
+    assert redis.process is not None  # start() returns with the server running
     return redis.url, redis.process.pid
 
 
@@ -252,6 +253,7 @@ def up(
     ray_pid = None
     if ray_address is None:
         head = RayHead(num_cpus=num_cpus or os.cpu_count() or 2, log_file=state_dir / "ray.log").start()
+        assert head.process is not None  # start() returns with the head running
         ray_address, ray_pid = head.address, head.process.pid
     state = StackState(
         state_dir=str(state_dir), redis_url=url, redis_pid=redis_pid, ray_address=ray_address,

@@ -17,8 +17,8 @@ def rows(inputs: Mapping[str, np.ndarray]) -> int | None:
 
 def merge(requests: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray] | None, list[int]]:
     """The requests stacked along dim 0 and each one's row count; None when they cannot stack."""
-    sizes = [rows(r) for r in requests]
-    if any(s is None for s in sizes):
+    sizes = [size for r in requests if (size := rows(r)) is not None]
+    if len(sizes) != len(requests):
         return None, []
     names = list(requests[0])
     for r in requests[1:]:
@@ -30,7 +30,7 @@ def merge(requests: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.nd
         if len({(p.dtype, p.shape[1:]) for p in parts}) != 1:
             return None, []
         merged[name] = np.concatenate(parts, axis=0)
-    return merged, [int(s) for s in sizes]
+    return merged, sizes
 
 
 def split(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> list[dict[str, np.ndarray]]:

@@ -175,7 +175,7 @@ class ServingController:
                 running_replicas=sum(1 for r in replicas if r.get("state") == "RUNNING"),
                 target_replicas=int(deployment.get("target_num_replicas") or 0),
                 serving=serving,
-                weight=float(route["weight"]) if serving else 0.0,
+                weight=float(route["weight"]) if route is not None and serving else 0.0,
                 message=self._failures.get((model, version)) or str(app.get("message") or deployment.get("message") or ""),
             )
         return found
