@@ -51,3 +51,14 @@ def ray_cluster(ray_head: RayHead) -> str:
     ray.init(address=ray_head.address, log_to_driver=False)
     yield ray_head.address
     ray.shutdown()
+
+
+@pytest.fixture
+def fault_figures(request):
+    """Records a fault-injection test's figures for the reliability report (support.results);
+    the previous run's are removed first, so only a passing run leaves figures."""
+    from support.results import FaultFigures
+
+    figures = FaultFigures(request.node.nodeid)
+    figures.clear()
+    return figures

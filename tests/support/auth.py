@@ -57,3 +57,14 @@ def expect(**codes: grpc.StatusCode) -> dict[str, grpc.StatusCode]:
     """Expected code per caller: UNAUTHENTICATED without a valid token, then the given ones
     (keyword names use _ for -: read_only_a, member_a, member_b, admin)."""
     return {**UNAUTHENTICATED, **{k.replace("_", "-"): v for k, v in codes.items()}}
+
+
+def check_matrix(service: str, matrix: str, expected: dict[str, dict[str, grpc.StatusCode]],
+                 got: dict[str, dict[str, grpc.StatusCode]]) -> list[str]:
+    """Records the matrix's cells for the reliability report, then returns those that differ
+    from what was expected (rpc -> caller -> code in both)."""
+    from support.results import record_auth_matrix
+
+    record_auth_matrix(service, matrix, expected, got)
+    return [f"{rpc} as {caller}: expected {want.name}, got {got[rpc][caller].name}"
+            for rpc, row in expected.items() for caller, want in row.items() if got[rpc][caller] != want]

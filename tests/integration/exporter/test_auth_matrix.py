@@ -43,7 +43,18 @@ from paddleray.services.scheduler.__main__ import registrations as scheduler_reg
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.trainer.checkpoints import CheckpointStore
-from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, READER_A, code_of, expect, metadata, write_token_file
+from support.auth import (
+    ADMIN,
+    CALLERS,
+    MEMBER_A,
+    MEMBER_B,
+    READER_A,
+    check_matrix,
+    code_of,
+    expect,
+    metadata,
+    write_token_file,
+)
 from support.exporter import EXAMPLES, ready_version
 from support.scheduler import make_job
 
@@ -108,11 +119,6 @@ def _checkpoint(storage_root: Path) -> str:
     staged.mkdir(parents=True)
     (staged / "model.pdparams").write_bytes(b"weights")
     return str(CheckpointStore(storage_root / "checkpoints" / "matrix").commit(staged, step=1, epoch=1, metrics={}).path)
-
-
-def _mismatches(table, got) -> list[str]:
-    return [f"{rpc} as {caller}: expected {want.name}, got {got[rpc][caller].name}"
-            for rpc, (_, row) in table.items() for caller, want in row.items() if got[rpc][caller] != want]
 
 
 async def test_exporter_service_matrix(redis_url, tmp_path):
@@ -214,7 +220,7 @@ async def test_exporter_service_matrix(redis_url, tmp_path):
         }
         got = {rpc: {caller: await code_of(lambda c=call, t=token: c(metadata(t))) for caller, token in CALLERS.items()}
                for rpc, (call, _) in table.items()}
-        assert _mismatches(table, got) == []
+        assert check_matrix("exporter", "ExporterService", {rpc: row for rpc, (_, row) in table.items()}, got) == []
 
         # What each caller sees: its tenant's models and deployments only.
         async def model_tenants(token, tenant=""):

@@ -3,6 +3,8 @@ the middle of an export leaves no version stuck in EXPORTING (the next one fails
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -32,7 +34,7 @@ def processes(ray_head, redis_url, tmp_path):
         process.stop()
 
 
-def test_an_exporter_killed_mid_export_leaves_the_version_failed_not_exporting(processes, tmp_path):
+def test_an_exporter_killed_mid_export_leaves_the_version_failed_not_exporting(processes, tmp_path, fault_figures):
     first = processes()
     checkpoint = linear_checkpoint(tmp_path / "storage")
     with grpc.insecure_channel(first.address) as channel:
@@ -41,14 +43,20 @@ def test_an_exporter_killed_mid_export_leaves_the_version_failed_not_exporting(p
                                 runtime_env=common_pb2.RuntimeEnv(env_vars={"PYTHONPATH": str(WORKERS)}))
         assert version.state == S.MODEL_VERSION_STATE_EXPORTING
     first.kill()
+    killed = time.monotonic()
     second = processes()
+    serving_s = time.monotonic() - killed
     with grpc.insecure_channel(second.address) as channel:
         client = ExporterClient(exporter_service_pb2_grpc.ExporterServiceStub(channel))
         done = client.wait_done(version.name, timeout=60)
+    failed_s = time.monotonic() - killed
     assert done.state == S.MODEL_VERSION_STATE_FAILED
     assert "went away before it finished" in done.state_reason, done.state_reason
     assert done.failure.kind == common_pb2.FAILURE_KIND_WORKER_LOST
     assert not (tmp_path / "storage" / "models" / "slow" / "versions" / "1" / "manifest.json").exists()
+    fault_figures.record(faults_injected=1, exports_in_flight=1,
+                         versions_stuck_exporting=int(done.state == S.MODEL_VERSION_STATE_EXPORTING),
+                         kill_to_new_exporter_serving_s=round(serving_s, 2), kill_to_version_failed_s=round(failed_s, 2))
 
 
 def test_the_exporter_is_not_serving_while_redis_is_unreachable(ray_head, tmp_path):

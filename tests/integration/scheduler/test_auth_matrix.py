@@ -32,7 +32,7 @@ from paddleray.services.localstack.ports import free_port
 from paddleray.services.scheduler.__main__ import registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
-from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, code_of, expect, metadata, write_token_file
+from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, check_matrix, code_of, expect, metadata, write_token_file
 from support.fake_trainer import FakeTrainer, start_fake_trainer
 from support.scheduler import make_job
 
@@ -67,11 +67,6 @@ def _sweep(tenant: str = "") -> experiment_pb2.Experiment:
     )
     experiment.search_space.parameters["lr"].grid.values.add().number_value = 0.1
     return experiment
-
-
-def _mismatches(table: dict[str, dict[str, C]], got: dict[str, dict[str, C]]) -> list[str]:
-    return [f"{rpc} as {caller}: expected {want.name}, got {got[rpc][caller].name}"
-            for rpc, row in table.items() for caller, want in row.items() if got[rpc][caller] != want]
 
 
 async def test_job_service_matrix(redis_url, tmp_path):
@@ -125,7 +120,7 @@ async def test_job_service_matrix(redis_url, tmp_path):
         }
         got = {rpc: {caller: await code_of(lambda c=call, t=token: c(metadata(t))) for caller, token in CALLERS.items()}
                for rpc, (call, _) in table.items()}
-        assert _mismatches({rpc: row for rpc, (_, row) in table.items()}, got) == []
+        assert check_matrix("scheduler", "JobService", {rpc: row for rpc, (_, row) in table.items()}, got) == []
 
         # What each caller sees: its tenant's jobs only; tenants come from the credential.
         async def listed(token, tenant=""):
@@ -187,7 +182,7 @@ async def test_experiment_service_matrix(redis_url, tmp_path):
         }
         got = {rpc: {caller: await code_of(lambda c=call, t=token: c(metadata(t))) for caller, token in CALLERS.items()}
                for rpc, (call, _) in table.items()}
-        assert _mismatches({rpc: row for rpc, (_, row) in table.items()}, got) == []
+        assert check_matrix("scheduler", "ExperimentService", {rpc: row for rpc, (_, row) in table.items()}, got) == []
 
         # Trials are their experiment's tenant's jobs.
         trials = (await jobs.ListJobs(js.ListJobsRequest(page_size=1000), metadata=metadata(MEMBER_B))).jobs
@@ -199,13 +194,15 @@ async def test_experiment_service_matrix(redis_url, tmp_path):
 
         # DeleteExperiment: on a cancelled team-a experiment whose trial has ended.
         delete_row = expect(read_only_a=C.PERMISSION_DENIED, member_a=C.OK, member_b=hidden, admin=C.OK)
+        deleted = {}
         for caller, token in CALLERS.items():
             name = await team_a_experiment(cancelled=True)
             for trial in (await jobs.ListJobs(js.ListJobsRequest(experiment=name), metadata=metadata(ADMIN))).jobs:
                 await _wait_terminal(jobs, trial.name)
-            code = await code_of(lambda n=name, t=token: experiments.DeleteExperiment(
+            deleted[caller] = await code_of(lambda n=name, t=token: experiments.DeleteExperiment(
                 es.DeleteExperimentRequest(name=n), metadata=metadata(t)))
-            assert code == delete_row[caller], f"DeleteExperiment as {caller}: {code.name}"
+        assert check_matrix("scheduler", "ExperimentService (DeleteExperiment)", {"DeleteExperiment": delete_row},
+                            {"DeleteExperiment": deleted}) == []
 
 
 async def _wait_terminal(jobs, name: str) -> None:
@@ -272,4 +269,4 @@ async def test_package_service_matrix(redis_url, tmp_path):
         }
         got = {rpc: {caller: await code_of(lambda c=call, t=token: c(metadata(t))) for caller, token in CALLERS.items()}
                for rpc, (call, _) in table.items()}
-        assert _mismatches({rpc: row for rpc, (_, row) in table.items()}, got) == []
+        assert check_matrix("scheduler", "PackageService", {rpc: row for rpc, (_, row) in table.items()}, got) == []

@@ -7,6 +7,7 @@ process; its counters say how often each (job, attempt) was started on it.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from grpc import aio
@@ -44,7 +45,7 @@ async def _wait_all_terminal(address: str, names, timeout: float = 150) -> dict[
             await asyncio.sleep(0.2)
 
 
-async def test_sigkill_and_restart_every_job_finishes_exactly_once(redis_url, tmp_path):
+async def test_sigkill_and_restart_every_job_finishes_exactly_once(redis_url, tmp_path, fault_figures):
     fake = FakeTrainer(cpus=2)
     trainer_server, trainer_address = await start_fake_trainer(fake)
     scheduler = SchedulerProcess(redis_url, trainer_address, tmp_path)
@@ -56,6 +57,7 @@ async def test_sigkill_and_restart_every_job_finishes_exactly_once(redis_url, tm
             jobs[job_id] = make_job(config={"steps": 8, "step_s": 0.1, "checkpoint_every": 2, "fail_at_step": 5},
                                     max_retries=2)
         await _create(scheduler.address, jobs)
+        restarts_s = []
         for _ in range(2):
             # Kill while runs are in flight (and some end unseen while it is down).
             async with asyncio.timeout(60):
@@ -64,7 +66,9 @@ async def test_sigkill_and_restart_every_job_finishes_exactly_once(redis_url, tm
             await asyncio.sleep(0.4)
             scheduler.kill()
             await asyncio.sleep(1.0)
+            restarted = time.monotonic()
             await scheduler.start()
+            restarts_s.append(time.monotonic() - restarted)
         done = await _wait_all_terminal(scheduler.address, jobs)
         assert {n: J.Name(j.state) for n, j in done.items()} == {n: "JOB_STATE_SUCCEEDED" for n in jobs}
         for job_id, job in done.items():
@@ -78,12 +82,19 @@ async def test_sigkill_and_restart_every_job_finishes_exactly_once(redis_url, tm
         # The restarted processes re-attached to runs the killed ones had started.
         assert "took over" in scheduler.log_path().read_text() or "took over" in scheduler.log_path(2).read_text()
         assert fake.overlapping_jobs == set()
+        fault_figures.record(
+            faults_injected=2, jobs_submitted=len(jobs),
+            jobs_lost=sum(j.state != J.JOB_STATE_SUCCEEDED for j in done.values()),
+            runs_duplicated=sum(n - 1 for n in fake.runs_created.values()),
+            retries_resumed_from_checkpoint=sum(len(j.attempts) - 1 for j in done.values()),
+            restart_to_answering_s=round(max(restarts_s), 2),
+        )
     finally:
         scheduler.stop()
         await trainer_server.stop(0.5)
 
 
-async def test_two_replicas_never_dispatch_one_job_twice(redis_url, tmp_path):
+async def test_two_replicas_never_dispatch_one_job_twice(redis_url, tmp_path, fault_figures):
     fake = FakeTrainer(cpus=4)
     trainer_server, trainer_address = await start_fake_trainer(fake)
     replicas = [SchedulerProcess(redis_url, trainer_address, tmp_path, lease_ttl_s=10) for _ in range(2)]
@@ -102,6 +113,9 @@ async def test_two_replicas_never_dispatch_one_job_twice(redis_url, tmp_path):
         assert fake.overlapping_jobs == set()
         claims = [r.log_path().read_text().count('"msg": "claimed jobs/') for r in replicas]
         assert sum(claims) == len(jobs)
+        fault_figures.record(replicas=2, jobs_submitted=len(jobs),
+                             jobs_lost=sum(j.state != J.JOB_STATE_SUCCEEDED for j in done.values()),
+                             dispatches_duplicated=sum(claims) - len(jobs))
     finally:
         for replica in replicas:
             replica.stop()

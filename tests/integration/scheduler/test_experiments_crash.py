@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import time
 
 import pytest
 from grpc import aio
@@ -45,7 +46,14 @@ async def _until(predicate, timeout: float = 60) -> None:
             await asyncio.sleep(0.02)
 
 
-async def test_sigkill_mid_sweep_loses_and_duplicates_no_trial(redis_url, tmp_path):
+async def _timed(started) -> float:
+    """Seconds until the awaitable `started` (a scheduler start) is done."""
+    begin = time.monotonic()
+    await started
+    return time.monotonic() - begin
+
+
+async def test_sigkill_mid_sweep_loses_and_duplicates_no_trial(redis_url, tmp_path, fault_figures):
     fake = SweepTrainer()
     trainer_server, trainer_address = await start_fake_trainer(fake)
     scheduler = SchedulerProcess(redis_url, trainer_address, tmp_path)
@@ -67,13 +75,13 @@ async def test_sigkill_mid_sweep_loses_and_duplicates_no_trial(redis_url, tmp_pa
         await _until(lambda: finished_runs() >= 2 and len(fake.live()) == 2)
         scheduler.kill()
         await _until(lambda: not fake.live())
-        await scheduler.start()
+        restarts_s = [await _timed(scheduler.start())]
         # Second kill a little later, in whatever the restarted replica is doing.
         await _until(lambda: finished_runs() >= 5)
         await asyncio.sleep(0.15)
         scheduler.kill()
         await asyncio.sleep(0.3)
-        await scheduler.start()
+        restarts_s.append(await _timed(scheduler.start()))
 
         async with asyncio.timeout(120):
             while True:
@@ -97,6 +105,13 @@ async def test_sigkill_mid_sweep_loses_and_duplicates_no_trial(redis_url, tmp_pa
         assert all(r.run.state in TERMINAL for r in fake.runs.values())
         assert fake.max_in_flight <= 2
         assert exp.best_trial.job == "jobs/crash-t5"  # lr 0.3, the best score
+        planned = {f"jobs/crash-t{i}" for i in range(len(lrs))}
+        fault_figures.record(
+            faults_injected=2, trials_submitted=len(lrs),
+            trials_lost=len(planned - {t.name for t in trials}),
+            trials_duplicated=len(trials) - len({t.name for t in trials}) + sum(n - 1 for n in runs_per_job.values()),
+            restart_to_answering_s=round(max(restarts_s), 2),
+        )
         await channel.close()
     finally:
         scheduler.stop()

@@ -7,6 +7,7 @@ made in the test, AOF fsync'd on every write) and the scheduler as a real proces
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 
 import grpc
@@ -160,7 +161,7 @@ async def test_a_wrong_redis_password_is_unavailable_and_not_serving(tmp_path, f
     assert "not-the-password-0000" not in log
 
 
-async def test_redis_going_away_and_back_under_a_running_scheduler(tmp_path, fake_trainer):
+async def test_redis_going_away_and_back_under_a_running_scheduler(tmp_path, fake_trainer, fault_figures):
     redis_server = SecureRedis(tmp_path / "redis", REDIS_PASSWORD).start()
     scheduler = SchedulerProcess(redis_server.url, fake_trainer[1], tmp_path, redis_password=REDIS_PASSWORD,
                                  store_check_interval_s=0.2, dispatch="false")
@@ -173,15 +174,19 @@ async def test_redis_going_away_and_back_under_a_running_scheduler(tmp_path, fak
             experiment = (await experiments.CreateExperiment(es.CreateExperimentRequest(experiment=_sweep()))).experiment
             assert await _health(scheduler.address) == health_pb2.HealthCheckResponse.SERVING
 
+            stopped = time.monotonic()
             redis_server.stop()
             await _wait_health(scheduler.address, health_pb2.HealthCheckResponse.NOT_SERVING)
+            detected_s = time.monotonic() - stopped
             codes = {rpc: await _status(call)
                      for rpc, call in _every_rpc(jobs, experiments, accepted[0], experiment.name, ()).items()}
             assert {rpc: code for rpc, (code, _) in codes.items()} == dict.fromkeys(codes, C.UNAVAILABLE)
             assert all("unavailable" in text and "127.0.0.1" not in text for _, text in codes.values())
 
+            restarted = time.monotonic()
             redis_server.start()
             await _wait_health(scheduler.address, health_pb2.HealthCheckResponse.SERVING)
+            recovered_s = time.monotonic() - restarted
             listed = (await jobs.ListJobs(js.ListJobsRequest(page_size=1000))).jobs
             assert set(accepted) <= {j.name for j in listed}
             assert (await experiments.GetExperiment(es.GetExperimentRequest(name=experiment.name))).experiment.name
@@ -191,6 +196,12 @@ async def test_redis_going_away_and_back_under_a_running_scheduler(tmp_path, fak
     log = scheduler.log_path().read_text()
     assert log.count("store outage") == 1 and log.count("store reachable again") == 1
     assert "Traceback" not in log and "unexpected error" not in log
+    fault_figures.record(
+        faults_injected=1, jobs_submitted=len(accepted), experiments_submitted=1,
+        jobs_lost=len(set(accepted) - {j.name for j in listed}), rpcs_called_during_outage=len(codes),
+        rpcs_unavailable=sum(code == C.UNAVAILABLE for code, _ in codes.values()),
+        stop_to_not_serving_s=round(detected_s, 2), restart_to_serving_s=round(recovered_s, 2),
+    )
 
 
 async def test_members_see_only_their_tenant_through_a_tls_redis(tmp_path, fake_trainer):

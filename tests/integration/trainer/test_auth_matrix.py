@@ -19,7 +19,7 @@ from paddleray.services.trainer.trainer import Trainer
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 from paddleray.trainer.v1 import trainer_service_pb2_grpc
 from support import ServerThread
-from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, code_of, expect, metadata, write_token_file
+from support.auth import ADMIN, CALLERS, MEMBER_A, MEMBER_B, check_matrix, code_of, expect, metadata, write_token_file
 
 from .conftest import ENTRYPOINTS, TrainerClient
 
@@ -78,13 +78,9 @@ async def test_trainer_service_matrix(auth_trainer):
             "GetClusterResources": (lambda md: stub.GetClusterResources(ts.GetClusterResourcesRequest(), metadata=md),
                                     expect(read_only_a=C.OK, member_a=C.OK, member_b=C.OK, admin=C.OK)),
         }
-        mismatches = []
-        for rpc, (call, row) in table.items():
-            for caller, token in CALLERS.items():
-                code = await code_of(lambda c=call, t=token: c(metadata(t)))
-                if code != row[caller]:
-                    mismatches.append(f"{rpc} as {caller}: expected {row[caller].name}, got {code.name}")
-        assert mismatches == []
+        got = {rpc: {caller: await code_of(lambda c=call, t=token: c(metadata(t))) for caller, token in CALLERS.items()}
+               for rpc, (call, _) in table.items()}
+        assert check_matrix("trainer", "TrainerService", {rpc: row for rpc, (_, row) in table.items()}, got) == []
 
         async def tenants(token, tenant=""):
             response = await stub.ListRuns(ts.ListRunsRequest(tenant=tenant), metadata=metadata(token))

@@ -79,7 +79,7 @@ def _epochs(client, name):
     return [int(e.event.metrics.metrics["epoch"]) for e in events if e.event.HasField("metrics")]
 
 
-def test_a_killed_run_resumes_from_its_last_checkpoint_without_losing_epochs(client, tmp_path):
+def test_a_killed_run_resumes_from_its_last_checkpoint_without_losing_epochs(client, tmp_path, fault_figures):
     config = {"epochs": 6, "out_dir": str(tmp_path)}
     crashed = client.wait_done(client.start("epochs", {**config, "crash_at_epoch": 5}).name)
     assert crashed.state == run_pb2.RUN_STATE_FAILED and crashed.state_reason.startswith("rank 0 died:")
@@ -95,6 +95,10 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_without_losing_epochs(cli
     assert client.wait_done(straight.name).state == run_pb2.RUN_STATE_SUCCEEDED
     weights = {name: json.loads((tmp_path / f"{name.split('/')[-1]}.json").read_text()) for name in (resumed.name, straight.name)}
     assert weights[resumed.name] == weights[straight.name], "model and optimizer state resumed exactly"
+    trained = _epochs(client, crashed.name) + _epochs(client, resumed.name)
+    fault_figures.record(faults_injected=1, epochs_planned=6,
+                         epochs_lost=len(set(range(1, 7)) - set(trained)), epochs_repeated=len(trained) - len(set(trained)),
+                         resumed_from_epoch=crashed.latest_checkpoint.epoch)
 
 
 def test_checkpoint_retention_and_best_checkpoint(client, tmp_path):
