@@ -10,9 +10,7 @@ into docs/reliability.md.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from pathlib import Path
 
 import grpc
@@ -41,7 +39,7 @@ from paddleray.services.trainer.__main__ import registrations as trainer_registr
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
-from reliability.harness import Recorder, Target, all_pages, healthy
+from reliability.harness import LoopThread, Recorder, Target, all_pages, healthy, soak
 from support import ServerThread, free_port, wait_until
 from support.exporter import BUILDERS, EXAMPLES, AppThread, exporter_thread, new_model, new_version
 from support.fake_trainer import FakeTrainer, start_fake_trainer
@@ -56,22 +54,6 @@ if os.environ.get("PADDLERAY_SOAK") == "1":
 elif settings.get_current_profile_name() == "default":
     settings.load_profile("ci")
 
-class LoopThread:
-    """An event loop running in a thread, for a server that is not a paddleray app."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-
-
 ALLOWED = "fuzz_allowed_entrypoints"  # allowlisted, never importable: an accepted run fails at once
 SEED_CODE = Path(__file__).parent.parent / "integration" / "trainer" / "workers"
 SEED_ENTRYPOINTS = "trainer_test_entrypoints"
@@ -83,10 +65,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.reliability)
             if soak():
                 item.add_marker(pytest.mark.timeout(3600))
-
-
-def soak() -> bool:
-    return settings.get_current_profile_name() == "soak"
 
 
 @pytest.fixture(scope="session")

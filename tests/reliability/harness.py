@@ -6,10 +6,12 @@ so generated messages and raw garbage take the same path, and the server alone d
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from pathlib import Path
 import grpc
 from google.protobuf import descriptor as d
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import settings
 
 FORBIDDEN = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 MUTATING = ("Create", "Update", "Delete", "Cancel", "Start", "Stop", "Export", "Upload")
@@ -157,3 +160,24 @@ def all_pages(list_call: Callable[[str], tuple[Iterable[str], str]]) -> list[str
         found.extend(names)
         if not token:
             return sorted(found)
+
+
+def soak() -> bool:
+    """The soak profile (PADDLERAY_SOAK=1, or --hypothesis-profile soak): the report's sizes."""
+    return settings.get_current_profile_name() == "soak"
+
+
+class LoopThread:
+    """An event loop running in a thread, for a server that is not a paddleray app."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
