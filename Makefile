@@ -63,14 +63,14 @@ triton-venv: setup ## .venv-triton with tritonclient[grpc] for the stock-client 
 bench: setup ## every benchmark, quick; results in bench/results, report in bench/REPORT.md
 	$(BIN)/python -m bench all --quick
 
-reliability: setup ## the reliability suite at CI size (fuzzing every RPC, under a minute)
+reliability: setup ## the reliability suite at CI size (fuzzing every RPC, 2,000 jobs of load; about 90 s)
 	$(BIN)/pytest tests/reliability $(PYTEST_ARGS)
 
-reliability-soak: setup ## the reliability suite in soak mode (>= 10,000 fuzzed requests per service), then the report
+reliability-soak: setup ## the reliability suite in soak mode (>= 10,000 fuzzed requests per service, 10,000 jobs of load), then the report
 	PADDLERAY_SOAK=1 $(BIN)/pytest tests/reliability $(PYTEST_ARGS)
 	$(MAKE) reliability-report
 
-reliability-report: setup ## docs/reliability.md from tests/reliability/results/fuzz.json (the last run's)
+reliability-report: setup ## docs/reliability.md from tests/reliability/results/ (fuzz: a soak run's, else the report's own; load, faults, auth)
 	$(BIN)/python -m tests.reliability.report
 
 up: setup ## start the local stack in the background
