@@ -139,6 +139,20 @@ def check_fault_tests() -> list[str]:
     return missing
 
 
+def recording_tests() -> set[str]:
+    """The listed tests that record figures (they take the `fault_figures` fixture)."""
+    found = set()
+    for test in FAULT_TESTS:
+        path = ROOT / test.path
+        if not path.exists():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == test.name
+                    and any(a.arg == "fault_figures" for a in node.args.args)):
+                found.add(test.name)
+    return found
+
+
 def fuzz_section(results: dict) -> list[str]:
     """The fuzz section's measured part, from a results dict (one run or several merged)."""
     rows = results["requests"]
@@ -230,7 +244,7 @@ def render(fuzz: dict | list[str], load: dict | None = None, faults: dict[str, d
         *figures.table(["finding", "fixed by", "regression test"], [list(f) for f in FINDINGS]),
         "",
         *figures.render_load(load),
-        *figures.render_faults(FAULT_TESTS, faults or {}),
+        *figures.render_faults(FAULT_TESTS, faults or {}, recording_tests()),
         *figures.render_auth(auth or {}),
     ]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -85,7 +85,7 @@ def _figure(key: str, value: object) -> str:
     return f"{key.replace('_', ' ')}: {value}"
 
 
-def render_faults(tests, figures: dict[str, dict]) -> list[str]:
+def render_faults(tests, figures: dict[str, dict], recording: set[str]) -> list[str]:
     """`tests`: the report's FaultTest list; `figures`: recorded figures by test function name."""
     recorded = [figures[t.name] for t in tests if t.name in figures]
     total = {kind: sum(v for r in recorded for k, v in r["figures"].items() if k.endswith(kind))
@@ -96,8 +96,9 @@ def render_faults(tests, figures: dict[str, dict]) -> list[str]:
         "These tests inject a fault into a real process (SIGKILL, a stopped Redis or Ray head, a killed "
         "actor) and assert on what survives. They run in the integration and end-to-end suites, not here; "
         "this list is checked against the test files each time the report is written. A test writes its "
-        "figures only when it passes (`fault_figures` in tests/conftest.py); one without figures shows "
-        "\"not run\" (not run where the report was written, or not passing there).",
+        "figures only when it passes (`fault_figures` in tests/conftest.py); one that records figures but has "
+        "none shows \"not run\" (not run where the report was written, or not passing there); one that "
+        "records none yet shows \"asserts only\" (it runs in CI and checks what it proves; no figures kept).",
         "",
         f"Recorded: {len(recorded)} of {len(tests)} tests; {total['faults_injected']} faults injected, "
         f"{total['_lost']} jobs, trials or epochs lost, {total['_duplicated']} duplicated.",
@@ -106,7 +107,7 @@ def render_faults(tests, figures: dict[str, dict]) -> list[str]:
     rows = []
     for t in tests:
         got = figures.get(t.name)
-        measured = ("not run" if got is None else
+        measured = ("asserts only" if t.name not in recording else "not run" if got is None else
                     "; ".join(_figure(k, v) for k, v in got["figures"].items()) + f" (`{got['commit']}`)")
         rows.append([f"`{t.path}::{t.name}`", t.fault, t.proves, measured])
     return out + table(["test", "fault injected", "what it proves", "measured"], rows) + [""]
