@@ -4,7 +4,7 @@ session's Ray head), a few resources that exist, and one recorder of every fuzze
 Two sizes: the default (CI) profile sends a few hundred requests per service; the soak
 profile (`PADDLERAY_SOAK=1`, or `--hypothesis-profile soak`) at least 10,000 per service.
 The recorder writes tests/reliability/results/fuzz.json (not committed; set
-PADDLERAY_RELIABILITY_RESULTS to put it elsewhere), which `make reliability-report` turns
+PADDLERAY_RELIABILITY_RESULTS_DIR to put it elsewhere), which `make reliability-report` turns
 into docs/reliability.md.
 """
 

@@ -27,8 +27,8 @@ MUTATING = ("Create", "Update", "Delete", "Cancel", "Start", "Stop", "Export", "
 UNARY_TIMEOUT_S = 15.0
 # A watch on a resource that exists stays open: its first message (or this deadline) ends the call.
 STREAM_TIMEOUT_S = 1.5
-RESULTS = Path(os.environ.get("PADDLERAY_RELIABILITY_RESULTS",
-                              Path(__file__).parent / "results" / "fuzz.json"))
+# One setting for every result the report reads (tests/support/results.py uses it too).
+RESULTS = Path(os.environ.get("PADDLERAY_RELIABILITY_RESULTS_DIR", Path(__file__).parent / "results")) / "fuzz.json"
 
 
 @dataclass

@@ -304,14 +304,16 @@ def _fuzz(args) -> dict | list[str] | None:
                 print(f"{path} is missing: run `PADDLERAY_SOAK=1 pytest tests/reliability` first", file=sys.stderr)
                 return None
         return merge([json.loads(path.read_text()) for path in args.results])
-    if RESULTS.exists() and (latest := json.loads(RESULTS.read_text()))["profile"] == "soak":
+    # The fuzz results live beside the others (--results-dir; the harness writes them there too).
+    soak = args.results_dir / RESULTS.name
+    if soak.exists() and (latest := json.loads(soak.read_text()))["profile"] == "soak":
         return latest
     kept = previous_fuzz_section(args.out.read_text()) if args.out.exists() else None
     if kept is None:
-        print(f"no soak fuzz results ({RESULTS}) and no fuzz section in {args.out} to keep: run "
+        print(f"no soak fuzz results ({soak}) and no fuzz section in {args.out} to keep: run "
               "`PADDLERAY_SOAK=1 pytest tests/reliability` first", file=sys.stderr)
         return None
-    print(f"fuzz section kept from {args.out} (no soak results in {RESULTS})", file=sys.stderr)
+    print(f"fuzz section kept from {args.out} (no soak results in {soak})", file=sys.stderr)
     return kept
 
 

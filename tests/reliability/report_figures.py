@@ -88,8 +88,11 @@ def _figure(key: str, value: object) -> str:
 def render_faults(tests, figures: dict[str, dict], recording: set[str]) -> list[str]:
     """`tests`: the report's FaultTest list; `figures`: recorded figures by test function name."""
     recorded = [figures[t.name] for t in tests if t.name in figures]
-    total = {kind: sum(v for r in recorded for k, v in r["figures"].items() if k.endswith(kind))
-             for kind in ("faults_injected", "_lost", "_duplicated")}
+    # Repeated epochs and versions stuck EXPORTING are duplicates and losses too.
+    kinds = {"faults_injected": ("faults_injected",), "_lost": ("_lost", "_stuck_exporting"),
+             "_duplicated": ("_duplicated", "_repeated")}
+    total = {kind: sum(v for r in recorded for k, v in r["figures"].items() if k.endswith(ends))
+             for kind, ends in kinds.items()}
     out = [
         "## Fault injection elsewhere in the suite",
         "",
@@ -98,7 +101,9 @@ def render_faults(tests, figures: dict[str, dict], recording: set[str]) -> list[
         "this list is checked against the test files each time the report is written. A test writes its "
         "figures only when it passes (`fault_figures` in tests/conftest.py); one that records figures but has "
         "none shows \"not run\" (not run where the report was written, or not passing there); one that "
-        "records none yet shows \"asserts only\" (it runs in CI and checks what it proves; no figures kept).",
+        "records none yet shows \"asserts only\" (it runs in CI and checks what it proves; no figures kept). "
+        "The lost and duplicated counts are taken after the test's assertions passed: a test that lost or "
+        "duplicated anything fails and records nothing, so each 0 here stands for a passing run.",
         "",
         f"Recorded: {len(recorded)} of {len(tests)} tests; {total['faults_injected']} faults injected, "
         f"{total['_lost']} jobs, trials or epochs lost, {total['_duplicated']} duplicated.",

@@ -60,8 +60,14 @@ def record_auth_matrix(service: str, matrix: str, expected: dict[str, dict[str, 
                        got: dict[str, dict[str, grpc.StatusCode]]) -> None:
     """Adds (replaces) one matrix of `service` in results/auth/<service>.json: rpc -> caller -> code."""
     path = RESULTS_DIR / "auth" / f"{service}.json"
-    matrices = json.loads(path.read_text())["matrices"] if path.exists() else {}
-    matrices[matrix] = {"commit": _commit(), "recorded": time.time(),
+    commit = _commit()
+    try:
+        matrices = json.loads(path.read_text())["matrices"] if path.exists() else {}
+    except (ValueError, KeyError):  # a file a killed run left half-written: start again
+        matrices = {}
+    # Only this commit's matrices stay: one renamed, removed or no longer reached is not reported.
+    matrices = {name: m for name, m in matrices.items() if m.get("commit") == commit}
+    matrices[matrix] = {"commit": commit, "recorded": time.time(),
                         "cells": [{"rpc": rpc, "caller": caller, "expected": want.name, "got": got[rpc][caller].name}
                                   for rpc, row in expected.items() for caller, want in row.items()]}
     path.parent.mkdir(parents=True, exist_ok=True)
