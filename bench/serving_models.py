@@ -32,13 +32,10 @@ def export(model, directory: Path, onnx: bool) -> Path:
     paddle.jit.save(static, str(directory / "paddle" / "inference"))
     artifacts = {"paddle": "paddle"}
     if onnx:
-        import paddle2onnx
+        # The exporter's conversion (opset, and no polygraphy pass: that pip-installs at run time).
+        from paddleray.services.exporter.export_task import write_onnx
 
-        (directory / "onnx").mkdir(parents=True, exist_ok=True)
-        paddle2onnx.export(
-            str(directory / "paddle" / "inference.json"), str(directory / "paddle" / "inference.pdiparams"),
-            str(directory / "onnx" / "model.onnx"),
-        )
+        write_onnx(directory)
         artifacts["onnx"] = "onnx/model.onnx"
     write_manifest(directory, {
         "format_version": 1, "model": "models/bench", "version": "models/bench/versions/1",

@@ -125,7 +125,7 @@ def _write_artifacts(model, inputs: list[dict[str, Any]], request: dict[str, Any
         outputs, predictor_outputs = validate.output_signature(model, inputs, tmp / PADDLE_DIR)
         artifacts = {"paddle": PADDLE_DIR}
         if "onnx" in request["formats"]:
-            _write_onnx(tmp)
+            write_onnx(tmp)
             artifacts["onnx"] = ONNX_FILE
         _fsync_tree(tmp)
         shutil.rmtree(final, ignore_errors=True)  # leftovers of an export cut short
@@ -143,14 +143,15 @@ def _write_artifacts(model, inputs: list[dict[str, Any]], request: dict[str, Any
     return {"manifest": manifest, "version_dir": str(final), "sizes": sizes}
 
 
-def _write_onnx(directory: Path) -> None:
+def write_onnx(directory: Path) -> None:
+    """directory/onnx/model.onnx from directory/paddle/inference.*: the conversion serving's ONNX artifacts get."""
     try:
         import paddle2onnx
     except ImportError as exc:
         raise ExportError("formats: ONNX asked for, but paddle2onnx is not installed in the export task's "
                           "environment (install the project's onnx extra)") from exc
     target = directory / ONNX_FILE
-    target.parent.mkdir(parents=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     # optimize_tool="None": the default ("polygraphy") pip-installs packages at conversion time.
     paddle2onnx.export(str(directory / PADDLE_DIR / "inference.json"), str(directory / PADDLE_DIR / "inference.pdiparams"),
                        str(target), opset_version=ONNX_OPSET, auto_upgrade_opset=True, optimize_tool="None",

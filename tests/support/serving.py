@@ -76,13 +76,10 @@ def export_model(
     paddle.jit.save(static, str(directory / "paddle" / "inference"))
     artifacts = {"paddle": "paddle"}
     if onnx:
-        import paddle2onnx
+        # The exporter's own conversion: paddle2onnx's default polygraphy pass pip-installs at run time.
+        from paddleray.services.exporter.export_task import write_onnx
 
-        (directory / "onnx").mkdir(exist_ok=True)
-        paddle2onnx.export(
-            str(directory / "paddle" / "inference.json"), str(directory / "paddle" / "inference.pdiparams"),
-            str(directory / "onnx" / "model.onnx"),
-        )
+        write_onnx(directory)
         artifacts["onnx"] = "onnx/model.onnx"
     write_manifest(directory, {
         "format_version": 1,

@@ -66,10 +66,22 @@ def test_unknown_backend(mlp_artifact):
         load_predictor(load_artifact(mlp_artifact[0]), "onnx", PredictorOptions())
 
 
-def test_onnx_runtime_matches_the_dynamic_model(tmp_path):
+def test_onnx_runtime_matches_the_dynamic_model(tmp_path, monkeypatch):
+    import subprocess
+
     from support.serving import export_model
 
+    started: list = []
+    real_popen = subprocess.Popen
+
+    def watched(args, *a, **kw):  # paddle2onnx's default polygraphy pass pip-installs packages
+        started.append(args)
+        return real_popen(args, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", watched)
     directory, model = export_model(tmp_path / "v1", "mlp", onnx=True)
+    assert not [a for a in started if "pip" in " ".join(map(str, a if isinstance(a, list | tuple) else [a]))], \
+        f"the ONNX conversion ran pip at run time: {started}"
     artifact = load_artifact(directory)
     assert artifact.has_backend("onnx")
     predictor = load_predictor(artifact, "onnx", PredictorOptions())
