@@ -101,3 +101,7 @@ def stop_process(pid: int, grace_period_s: float, sig: signal.Signals = signal.S
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+        # Stopped means gone: a caller that checks right after (or reuses the process's ports)
+        # must not see it still exiting. SIGKILL cannot be ignored; only uninterruptible I/O delays it.
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: not pid_alive(pid), timeout=10, interval=0.05, message=f"pid {pid} to die")

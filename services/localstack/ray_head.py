@@ -130,7 +130,9 @@ class RayHead:
         self.process = None
 
 
-def stop_ray_head(pid: int, timeout: float = 30) -> None:
+def stop_ray_head(pid: int, timeout: float = 10) -> None:
     """Stops the head whose blocking `ray start` has this pid."""
-    # `ray start --block` stops its head's processes on SIGINT, as on Ctrl-C.
+    # `ray start --block` stops its head's processes on SIGINT, as on Ctrl-C: 2-5 s here. With
+    # busy workers it sometimes waited out the whole grace (30 s, three times a CI run); a local
+    # head keeps nothing worth a longer wait, so its process group is killed after 10 s.
     stop_process(pid, timeout, signal.SIGINT)

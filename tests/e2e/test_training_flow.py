@@ -132,6 +132,9 @@ def test_the_demo_starts_a_stack_of_its_own_when_none_runs_and_stops_it(tmp_path
     state_dir = tmp_path / "own"
     with demo_stack(state_dir, keep=False) as state:
         assert all(serving(p.address) for p in state.services.values())
-        started = [p.pid for p in state.services.values()] + [state.ray_pid, state.redis_pid]
-    assert state.ray_pid is not None and state.redis_pid is not None and not any(pid_alive(pid) for pid in started)
+        started = {name: p.pid for name, p in state.services.items()} | {"ray head": state.ray_pid,
+                                                                         "redis": state.redis_pid}
+    assert state.ray_pid is not None and state.redis_pid is not None
+    alive = {name: pid for name, pid in started.items() if pid is not None and pid_alive(pid)}
+    assert not alive, f"still running after the demo stopped its stack: {alive}"
     assert stack.StackState.load(state_dir) is None
