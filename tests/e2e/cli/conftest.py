@@ -27,7 +27,10 @@ from support.cli import MODULE, Cli
 NODE_CLIENT = Path(__file__).parents[3] / "clients" / "node"
 
 
-@pytest.fixture(scope="session")
+# Package-scoped (tests/e2e/cli is a package for that): the stack, its Ray head and the Serve
+# its exporter starts poll for as long as they live; session-scoped, they took about a quarter of
+# a core from every test after the CLI's, to the end of the run.
+@pytest.fixture(scope="package")
 def cli_stack(tmp_path_factory):
     state_dir = tmp_path_factory.mktemp("cli-stack") / ".paddleray" / "stack"
     allow = json.dumps(["paddleray.services.trainer.examples", MODULE])
