@@ -17,9 +17,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from paddleray.services.exporter.serving.node_env import SERVE_NODE_ENV
 from paddleray.services.localstack.ports import PortTaken, free_port, start_on_free_ports, stop_process, wait_until
 
 AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+# What the head's own processes (raylet, and the Serve proxy it starts) also need.
+HEAD_ENV = {**AUTH_ENV, **SERVE_NODE_ENV}
 
 _STARTED = "Ray runtime started"
 # How Ray's processes (GCS, raylet, agents, Ray Client server) say a port they were given is taken.
@@ -94,7 +97,7 @@ class RayHead:
         with open(log_file, "ab") as out:
             offset = out.tell()
             process = subprocess.Popen(
-                args, env={**os.environ, **AUTH_ENV}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                args, env={**os.environ, **HEAD_ENV}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
 
         def log_tail() -> str:

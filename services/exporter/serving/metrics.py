@@ -4,7 +4,7 @@ Recorded with Ray's metrics API (ray.serve.metrics) inside the Serve replicas, s
 per-node metrics agent exports them: on the agent's port
 (`ray start --metrics-export-port`) every name gets Ray's `ray_` prefix, e.g.
 `ray_paddleray_inference_requests_total`. The Prometheus scrape job of the Ray nodes strips
-that prefix for our names (metric_relabel_configs in docs/serving.md), so dashboards see:
+that prefix for our names (metric_relabel_configs in services/exporter/serving/README.md), so dashboards see:
 
     paddleray_inference_requests_total{model,version,code}
     paddleray_inference_latency_seconds{model,version}   (histogram)

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import grpc
 import numpy as np
 import pytest
 
 from paddleray.inference.v2 import grpc_service_pb2 as pb
+from paddleray.inference.v2 import grpc_service_pb2_grpc
 from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.serving.controller import ServingController
 from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
@@ -36,6 +38,18 @@ def test_model_infer_matches_the_dynamic_model(stub, served, artifacts):
         assert response.model_version == "1" and response.id == "a"
         out = codec.decode_response(response)["fetch_name_0"]
         np.testing.assert_allclose(out, dynamic_forward(artifacts["mlp1"][1], x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_request_and_an_answer_over_4_mib_pass_every_hop(controller, served, artifacts):
+    """The public proxy takes up to 2 GiB; the gRPC hops behind it (proxy -> ingress -> model)
+    take 4 MiB unless the node env raises it (node_env.py): a big batch must not fail inside."""
+    x = np.random.default_rng(1).standard_normal((110_000, 64)).astype(np.float32)  # 28 MB in, 4.4 MB out
+    unlimited = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+    with grpc.insecure_channel(f"127.0.0.1:{controller.grpc_port}", options=unlimited) as channel:
+        big = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        out = codec.decode_response(big.ModelInfer(codec.encode_request("mlp", {"x": x}), timeout=120))["fetch_name_0"]
+    assert out.nbytes > 4 * 2**20
+    np.testing.assert_allclose(out[-5:], dynamic_forward(artifacts["mlp1"][1], x[-5:])[0], rtol=1e-5, atol=1e-5)
 
 
 def test_several_inputs_and_outputs(stub, served):
@@ -96,3 +110,23 @@ def test_a_controller_joining_a_running_serve_reports_the_port_serve_really_uses
                               deploy_timeout_s=240)
     asyncio.run(other.start())
     assert other.grpc_port == controller.grpc_port
+
+
+def test_the_proxy_calls_the_ingress_over_grpc(stub, served):
+    """The Ray head's environment reaches Serve's proxy (node_env.py: half the CPU per request)."""
+    from pathlib import Path
+
+    from paddleray.services.exporter.serving.node_env import SERVE_NODE_ENV
+
+    proxies = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"ProxyActor" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                proxies.append(dict(e.decode(errors="replace").split("=", 1) for e in environ if b"=" in e))
+        except OSError:
+            continue
+    assert proxies, "no Serve proxy process found"
+    for env in proxies:
+        assert {k: env.get(k) for k in SERVE_NODE_ENV} == SERVE_NODE_ENV
+    assert stub.ServerLive(pb.ServerLiveRequest(), timeout=30).live

@@ -206,3 +206,11 @@ def test_grafana_is_provisioned_with_the_datasource_and_the_dashboard():
     [provider] = yaml.safe_load(provider_file.read_text())["providers"]
     dashboards = [t for t, p in mounts.items() if p.suffix == ".json"]
     assert dashboards and all(Path(t).parent == Path(provider["options"]["path"]) for t in dashboards)
+
+
+def test_every_ray_node_has_the_serving_node_env():
+    from paddleray.services.exporter.serving.node_env import SERVE_NODE_ENV
+
+    for name in RAY_NODES:
+        env = _env(_services()[name])
+        assert {k: env.get(k) for k in SERVE_NODE_ENV} == SERVE_NODE_ENV, name

@@ -204,3 +204,14 @@ def test_the_gpu_sharing_smoke_job_runs_two_half_gpu_trials_on_one_card():
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert "paddleray-gpu" in worker["image"]
     assert gpu_sharing_smoke.SHARE == 0.5
+
+
+def test_every_ray_container_has_the_serving_node_env():
+    """Serve's proxy and replicas may run on any node (node_env.py says why each setting)."""
+    from paddleray.services.exporter.serving.node_env import SERVE_NODE_ENV
+
+    [cluster] = load_all(DEPLOY / "kuberay" / "raycluster.yaml")
+    for group in [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]:
+        for container in _containers(group):
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert {k: env.get(k) for k in SERVE_NODE_ENV} == SERVE_NODE_ENV, container["name"]
