@@ -20,7 +20,9 @@ of Ray 2.60 shape it (measured on a local head that was stopped and started):
   re-deploys every recorded deployment).
 
 A restarted head is told apart from a short GCS hiccup by a marker written into the GCS's
-key-value store at connect time: a new cluster does not have it.
+key-value store at connect time: a new cluster does not have it, or (measured: a head back on
+the same address before lost_after_s) refuses the old session with AuthenticationError. The
+driver survives that window and takes the new cluster as soon as it answers.
 """
 
 from __future__ import annotations
@@ -234,9 +236,16 @@ class RayConnection:
         return marker
 
     def _probe(self) -> str:
-        """'alive', 'restarted' (a new cluster: the marker is gone) or why it did not answer."""
+        """'alive', 'restarted' (a new cluster: the marker is gone, or the GCS refuses this
+        driver's session) or why it did not answer."""
         try:
             found = _gcs().internal_kv_get(self._marker, _MARKER_NAMESPACE, timeout=max(self.probe_interval_s, 1.0))
+        except ray.exceptions.AuthenticationError:
+            # Measured: a head restarted on the same address (same token) answers the old
+            # session's probes with AuthenticationError, never with a missing marker, so without
+            # this the driver waited out lost_after_s with the new cluster already up. The
+            # deploy manifests run the GCS without fault tolerance: a new GCS is a new cluster.
+            return "restarted"
         except Exception as exc:  # noqa: BLE001 - any failure means no answer
             return f"the GCS does not answer: {type(exc).__name__}"
         if found is None:

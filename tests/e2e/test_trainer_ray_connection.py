@@ -38,7 +38,7 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class TrainerProcess:
-    def __init__(self, tmp_path: Path, ray_address: str) -> None:
+    def __init__(self, tmp_path: Path, ray_address: str, lost_after_s: float = 3) -> None:
         self.port = free_port()
         self.log = tmp_path / "trainer.log"
         env = {
@@ -50,7 +50,7 @@ class TrainerProcess:
             "PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST": f'["{ENTRYPOINTS}"]',
             "PADDLERAY_TRAINER_POOL_MAX_IDLE_GROUPS": "0",
             "PADDLERAY_TRAINER_RAY_PROBE_INTERVAL_S": "0.5",
-            "PADDLERAY_TRAINER_RAY_LOST_AFTER_S": "3",
+            "PADDLERAY_TRAINER_RAY_LOST_AFTER_S": str(lost_after_s),
             "PADDLERAY_TRAINER_RAY_RETRY_INTERVAL_S": "1",
         }
         env.pop("RAY_ADDRESS", None)
@@ -173,3 +173,24 @@ def test_a_head_restart_fails_the_active_run_and_the_trainer_reconnects(trainer,
     done = trainer.wait_run(after.name, lambda r: r.state in (run_pb2.RUN_STATE_SUCCEEDED, run_pb2.RUN_STATE_FAILED))
     assert done.state == run_pb2.RUN_STATE_SUCCEEDED, done.state_reason
     assert trainer.run(active.name).state == run_pb2.RUN_STATE_FAILED
+
+
+@pytest.mark.timeout(1200)
+def test_a_head_back_before_lost_after_s_is_seen_as_a_restart_at_once(tmp_path, own_head):
+    """The window of a quick restart: the new head is up before the driver gave the old one up.
+    The driver must survive (Ray's WrongClusterID check kills drivers that reconnect to a new
+    GCS) and take the new cluster when it answers, not after lost_after_s (here 45 s, the most
+    the settings allow)."""
+    own_head.start()
+    trainer = TrainerProcess(tmp_path, own_head.address, lost_after_s=45)
+    try:
+        trainer.wait_status(SERVING, timeout=HEAD_START_S)
+        own_head.stop()
+        own_head.start()
+        trainer.wait_status(SERVING, timeout=300)
+        assert "was lost (restarted)" in trainer.log.read_text()
+        run = trainer.start_run("hello")
+        done = trainer.wait_run(run.name, lambda r: r.state in (run_pb2.RUN_STATE_SUCCEEDED, run_pb2.RUN_STATE_FAILED))
+        assert done.state == run_pb2.RUN_STATE_SUCCEEDED, done.state_reason
+    finally:
+        trainer.stop()
