@@ -123,6 +123,8 @@ class RunExecutor:
             metrics.TIME_TO_FIRST_LINE.labels(warm=str(warm).lower()).observe(time.monotonic() - created)
             state, reason, failure, reusable = await self._supervise(group)
             self._end(state, reason, failure)
+        except _RankLost as lost:
+            self._end(RunState.FAILED, _reason(lost.failure), lost.failure)
         except asyncio.CancelledError:
             if self._lost:  # its actors ended with the cluster: a retry starts them anew
                 self._end(RunState.FAILED, self._lost, Failure(FailureKind.WORKER_LOST, self._lost))
@@ -227,7 +229,7 @@ class RunExecutor:
             retention=self.spec.retention,
             commit_in_background=self.spec.commit_in_background,
         )
-        await asyncio.gather(
+        started = await asyncio.gather(
             *(
                 actor.start.remote(
                     self.spec.entrypoint,
@@ -235,8 +237,17 @@ class RunExecutor:
                     self.spec.package_entrypoint,
                 )
                 for rank, actor in enumerate(group.actors)
-            )
+            ),
+            return_exceptions=True,
         )
+        for rank, result in enumerate(started):
+            # A rank whose function ends its process at once can die before the reply to
+            # `start` left it (seen in CI: a rank exiting right after its first collective):
+            # that is the rank lost, as it would be a moment later, not the trainer's error.
+            if isinstance(result, ray.exceptions.RayActorError | ray.exceptions.NodeDiedError):
+                raise _RankLost(Failure(FailureKind.WORKER_LOST, _cause(result), rank))
+            if isinstance(result, BaseException):
+                raise result
 
     async def _supervise(self, group: WorkerGroup) -> tuple[RunState, str, Failure | None, bool]:
         """Waits for every rank; returns (state, reason, failure, whether the group may be reused)."""
@@ -334,6 +345,14 @@ def _reason(failure: Failure) -> str:
     if failure.kind == FailureKind.USER_CODE:
         return f"rank {failure.rank} raised {failure.message}\n{failure.traceback}"
     return f"rank {failure.rank} failed in its worker: {failure.message}\n{failure.traceback}".rstrip()
+
+
+class _RankLost(Exception):
+    """A rank's process died while it was being started."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
 
 
 def _died(task: asyncio.Future) -> bool:
