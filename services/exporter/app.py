@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from paddleray.services.common.ray_connection import RayConnection
 from paddleray.services.exporter.deployment_store import DeploymentStore
 from paddleray.services.exporter.deployments import DeploymentManager
+from paddleray.services.exporter.direct_ports import DirectPorts, parse_range
 from paddleray.services.exporter.exports import ExportManager
 from paddleray.services.exporter.models import ModelRegistry
 from paddleray.services.exporter.ray_exports import RayExportRunner
@@ -54,15 +55,22 @@ class ExporterApp:
         )
         self.models = ModelRegistry(self.store, settings.storage_root)
         self.controller = ServingController(grpc_port=settings.serving_grpc_port, http_host=settings.serving_http_host,
-                                            http_port=settings.serving_http_port)
+                                            http_port=settings.serving_http_port,
+                                            direct_host=settings.serving_direct_host)
+        self.direct_ports = DirectPorts(self.redis, parse_range(settings.serving_direct_ports), settings.serving_direct_host)
         self.ownership = ServeOwnership()
         self.reconciler = Reconciler(self.deployment_store, self.store, self.controller, self.ray, settings.storage_root,
-                                     settings.reconcile_interval_s, ownership=self.ownership)
+                                     settings.reconcile_interval_s, ownership=self.ownership,
+                                     direct_ports=self.direct_ports)
         def endpoint() -> str:
             return settings.inference_endpoint or f"127.0.0.1:{self.controller.grpc_port}"
 
+        async def direct_endpoints() -> dict[str, str]:
+            ports = await self.direct_ports.assigned()
+            return {deployment_id: settings.direct_endpoint(port) for deployment_id, port in ports.items()}
+
         self.deployments = DeploymentManager(self.deployment_store, self.store, endpoint, on_change=self.reconciler.wake,
-                                             live=self.reconciler.live)
+                                             live=self.reconciler.live, direct_endpoints=direct_endpoints)
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:

@@ -28,14 +28,17 @@ from paddleray.services.exporter.store import RegistryStore
 
 D = deployment_pb2.DeploymentState
 _OUTPUT_FIELDS = ("name", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time",
-                  "tenant")
+                  "tenant", "direct_endpoint")
 _SCAN_CHUNK = 200
 Live = Callable[[deployment_pb2.Deployment], Awaitable[deployment_pb2.Deployment]]
+# Deployment id -> address of its own v2 endpoint (direct_ports.py), for those that have one.
+DirectEndpoints = Callable[[], Awaitable[dict[str, str]]]
 
 
 class DeploymentManager:
     def __init__(self, store: DeploymentStore, registry: RegistryStore, endpoint: str | Callable[[], str],
-                 on_change: Callable[[], None] | None = None, live: Live | None = None) -> None:
+                 on_change: Callable[[], None] | None = None, live: Live | None = None,
+                 direct_endpoints: DirectEndpoints | None = None) -> None:
         """endpoint: the v2 address shown on deployments, or a function giving it now (the port
         Serve's proxy really uses is known once Serve runs: ServingController.grpc_port)."""
         self.store = store
@@ -43,6 +46,7 @@ class DeploymentManager:
         self._endpoint = endpoint if callable(endpoint) else (lambda: endpoint)
         self.on_change = on_change or (lambda: None)
         self.live = live
+        self._direct_endpoints = direct_endpoints
 
     async def create(self, deployment_id: str, deployment: deployment_pb2.Deployment,
                      request_id: str) -> deployment_pb2.Deployment:
@@ -80,8 +84,14 @@ class DeploymentManager:
 
     async def get(self, name: str) -> deployment_pb2.Deployment:
         record = await self._record(name)
-        record.deployment.endpoint = self.endpoint
+        await self._show_endpoints([record.deployment])
         return await self.live(record.deployment) if self.live is not None else record.deployment
+
+    async def _show_endpoints(self, deployments: list[deployment_pb2.Deployment]) -> None:
+        direct = await self._direct_endpoints() if self._direct_endpoints is not None else {}
+        for d in deployments:
+            d.endpoint = self.endpoint
+            d.direct_endpoint = direct.get(d.name.removeprefix("deployments/"), "")
 
     async def list_deployments(self, page_size: int, page_token: str, model: str, model_version: str,
                                tenant: str = "") -> tuple[list[deployment_pb2.Deployment], str]:
@@ -100,14 +110,15 @@ class DeploymentManager:
             found, more = await self.store.scan(_SCAN_CHUNK, after)
             for record, member in found:
                 d = record.deployment
-                d.endpoint = self.endpoint
                 if (narrowed and d.tenant != narrowed) or (model and d.model != model) or (model_version and all(
                         t.model_version != model_version for t in d.traffic)):
                     continue
                 page.append(d)
                 if len(page) == size:
+                    await self._show_endpoints(page)
                     return page, paging.encode_page_token(member, filters)
             if not more or not found:
+                await self._show_endpoints(page)
                 return page, ""
             after = found[-1][1]
 
@@ -130,6 +141,7 @@ class DeploymentManager:
                 continue
             await self._raise_failure(result, merged, found)
             self.on_change()
+            await self._show_endpoints([merged])
             return merged
         raise errors.Aborted(f"{deployment.name} kept changing; retry")
 

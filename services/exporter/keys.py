@@ -99,3 +99,9 @@ def serving_names() -> str:
 def deployment_request(request_id: str) -> str:
     """String: deployment id created by this CreateDeployment request_id (expires after 24 hours)."""
     return f"{PREFIX}deployment-request:{request_id}"
+
+
+def direct_ports() -> str:
+    """Hash: port -> deployment id, the port of each deployment's own v2 endpoint (claimed with
+    HSETNX, so two exporter replicas cannot give one port to two deployments)."""
+    return f"{PREFIX}direct-ports"

@@ -28,6 +28,7 @@ from paddleray.services.common import errors
 from paddleray.services.common.ray_connection import RayConnection, in_daemon_thread
 from paddleray.services.exporter import convert, deployment_spec
 from paddleray.services.exporter.deployment_store import DeploymentRecord, DeploymentStore
+from paddleray.services.exporter.direct_ports import DirectPorts
 from paddleray.services.exporter.exports import artifact_dir
 from paddleray.services.exporter.serving import spec as serving
 from paddleray.services.exporter.serving.ownership import ServeOwnership
@@ -45,8 +46,11 @@ _ACTIVE = (D.DEPLOYMENT_STATE_DEPLOYING, D.DEPLOYMENT_STATE_UPDATING, D.DEPLOYME
 
 class Reconciler:
     def __init__(self, deployments: DeploymentStore, registry: RegistryStore, controller, ray: RayConnection,
-                 storage_root: Path, interval_s: float = 5.0, ownership: ServeOwnership | None = None) -> None:
-        """ownership: checked before Serve is touched (another installation's Serve is left alone)."""
+                 storage_root: Path, interval_s: float = 5.0, ownership: ServeOwnership | None = None,
+                 direct_ports: DirectPorts | None = None) -> None:
+        """ownership: checked before Serve is touched (another installation's Serve is left alone).
+        direct_ports: gives each deployment the port of its own v2 endpoint (None: none have one)."""
+        self.direct_ports = direct_ports
         self.deployments = deployments
         self.ownership = ownership
         self._ownership_unchecked = False
@@ -103,7 +107,8 @@ class Reconciler:
             await self.controller.start()
             self._started = True
         active = [r for r in records if r.deployment.state != D.DEPLOYMENT_STATE_DELETING]
-        served, problems = await self._desired(active)
+        ports = await self.direct_ports.assign([r.deployment_id for r in active]) if self.direct_ports else {}
+        served, problems = await self._desired(active, ports)
         fingerprint = repr(served)
         if fingerprint != self._applied:
             try:
@@ -215,7 +220,7 @@ class Reconciler:
                 log.warning("connected to the Ray cluster again: starting Serve and deploying every deployment again")
             self._generation, self._started, self._applied = self.ray.generation, False, None
 
-    async def _desired(self, records: list[DeploymentRecord]) -> tuple[list, dict[str, str]]:
+    async def _desired(self, records: list[DeploymentRecord], ports: dict[str, int]) -> tuple[list, dict[str, str]]:
         served, problems = [], {}
         backends: dict[tuple[str, str], int] = {}
         for record in records:
@@ -229,7 +234,8 @@ class Reconciler:
             except errors.DomainError as exc:
                 problems[record.deployment_id] = exc.message
                 continue
-            served.append(serving.ServedModel(serving_name=d.serving_name, versions=tuple(versions)))
+            served.append(serving.ServedModel(serving_name=d.serving_name, versions=tuple(versions),
+                                              direct_port=ports.get(record.deployment_id, 0)))
         self._backends = backends
         return served, problems
 

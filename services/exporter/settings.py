@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from paddleray.services.common.settings import ServiceSettings
@@ -35,6 +35,14 @@ class ExporterSettings(ServiceSettings):
     serving_grpc_port: int = Field(9000, description="Port of Ray Serve's gRPC proxy (Open Inference Protocol v2).")
     serving_http_host: str = Field("127.0.0.1", description="Host Ray Serve's HTTP proxy binds (Serve always starts it).")
     serving_http_port: int = Field(8000, description="Port of Ray Serve's HTTP proxy.")
+    # Each deployment's own v2 endpoint, served by its model replicas (serving/replica_endpoint.py).
+    serving_direct_ports: str = Field(
+        "9100-9199", description="Ports for deployments' own v2 endpoints, FIRST-LAST, one per deployment; empty turns them off.",
+    )
+    serving_direct_host: str = Field("127.0.0.1", description="Address deployments' own v2 endpoints bind on the Ray nodes.")
+    direct_endpoint_host: str = Field(
+        "", description="Host shown in deployments' direct_endpoint; defaults to serving_direct_host (127.0.0.1 for 0.0.0.0).",
+    )
 
     # -- export, registry and deployments ----------------------------------------------------
     scheduler_address: str = Field(
@@ -60,3 +68,17 @@ class ExporterSettings(ServiceSettings):
     inference_endpoint: str = Field(
         "", description="Address of the v2 inference endpoint shown on deployments; defaults to 127.0.0.1:serving_grpc_port."
     )
+
+    @field_validator("serving_direct_ports")
+    @classmethod
+    def _port_range(cls, value: str) -> str:
+        from paddleray.services.exporter.direct_ports import parse_range
+
+        parse_range(value)  # ValueError names the rule
+        return value
+
+    def direct_endpoint(self, port: int) -> str:
+        host = self.direct_endpoint_host or (
+            "127.0.0.1" if self.serving_direct_host in ("0.0.0.0", "::", "") else self.serving_direct_host
+        )
+        return f"{host}:{port}"

@@ -62,7 +62,9 @@ class ServingController:
         ingress_max_ongoing_requests: int = 256,
         request_timeout_s: float = 30.0,
         deploy_timeout_s: float = 180.0,
+        direct_host: str = "127.0.0.1",
     ) -> None:
+        """direct_host: the address models' own v2 endpoints bind (ServedModel.direct_port)."""
         self.grpc_port = grpc_port
         self.http_host = http_host
         self.http_port = http_port
@@ -70,6 +72,7 @@ class ServingController:
         self._ingress_max_ongoing = ingress_max_ongoing_requests
         self._request_timeout_s = request_timeout_s
         self._deploy_timeout_s = deploy_timeout_s
+        self.direct_host = direct_host
         self._lock = asyncio.Lock()
         # Why versions of the last apply are not served, by (serving name, version).
         self._failures: dict[tuple[str, str], str] = {}
@@ -122,7 +125,7 @@ class ServingController:
             desired_table: dict[str, dict[str, Any]] = {}
             for model in models:
                 for version in model.versions:
-                    app = sc.model_app(model, version, artifacts[model.serving_name, version.version])
+                    app = sc.model_app(model, version, artifacts[model.serving_name, version.version], self.direct_host)
                     desired_apps[app["name"]] = app
                     desired_table.setdefault(model.serving_name, {})[version.version] = sc.route_entry(
                         version, artifacts[model.serving_name, version.version], app["name"]
@@ -141,12 +144,26 @@ class ServingController:
             new_table, failures = _routable(desired_table, results, table, {n for n in current_apps if n in running})
             await asyncio.to_thread(self._deploy_sync, staged, new_table, generation + 1)
             await self._wait_generation(generation + 1)
+            # Replicas with their own endpoint route by the same table (the new ones listen once
+            # it routes to them): wait for them too.
+            answering = {n: a for n, a in staged.items() if n in running or results.get(n) == ""}
+            await self._wait_model_tables(answering, generation + 1)
+            generation += 1
+            referenced = {e["app"] for versions in new_table.values() for e in versions.values()}
+
+            # 2b. Endpoints of replicas nothing routes to any more close now, while the ones that
+            # take their clients are known to listen: their clients reconnect to those, and none
+            # is answered by a table the removed app no longer receives.
+            if any(n not in referenced and (a.get("args") or {}).get("direct_port") for n, a in answering.items()):
+                generation += 1
+                await asyncio.to_thread(self._deploy_sync, staged, new_table, generation, True)
+                await self._wait_generation(generation)
+                await self._wait_model_tables(answering, generation)
 
             # 3. Apps nothing routes to any more drain and go.
-            referenced = {e["app"] for versions in new_table.values() for e in versions.values()}
             final = {n: a for n, a in staged.items() if n in desired_apps or n in referenced}
             if final.keys() != staged.keys():
-                await asyncio.to_thread(self._deploy_sync, final, new_table, generation + 1)
+                await asyncio.to_thread(self._deploy_sync, final, new_table, generation, True)
             self._failures = failures
 
     async def status(self) -> dict[str, ServedModelStatus]:
@@ -185,7 +202,8 @@ class ServingController:
 
         return serve.context._get_global_client().get_serve_details()
 
-    def _deploy_sync(self, apps: dict[str, dict[str, Any]], table: dict[str, Any], generation: int) -> None:
+    def _deploy_sync(self, apps: dict[str, dict[str, Any]], table: dict[str, Any], generation: int,
+                     drain_unrouted: bool = False) -> None:
         from ray import serve
         from ray.serve.schema import ServeDeploySchema
 
@@ -193,7 +211,8 @@ class ServingController:
             table, generation, self._ingress_replicas, self._ingress_max_ongoing, self._request_timeout_s
         )
         # Validated before it reaches the controller: a config it rejects later takes apps down.
-        schema = ServeDeploySchema.model_validate(sc.deploy_config([*apps.values(), ingress]))
+        models = [sc.with_model_table(a, table, generation, self._request_timeout_s, drain_unrouted) for a in apps.values()]
+        schema = ServeDeploySchema.model_validate(sc.deploy_config([*models, ingress]))
         serve.context._get_global_client().deploy_apps(schema)
 
     async def _wait_apps(self, names: list[str], raise_on_timeout: bool = True) -> dict[str, str]:
@@ -226,16 +245,30 @@ class ServingController:
         """Until every ingress replica answers with this routing table's generation."""
         from ray import serve
 
-        handle = serve.get_app_handle(sc.INGRESS_APP)
+        await self._wait_answers(serve.get_app_handle(sc.INGRESS_APP), self._ingress_replicas, generation,
+                                 "the inference ingress")
+
+    async def _wait_model_tables(self, apps: dict[str, dict[str, Any]], generation: int) -> None:
+        from ray import serve
+
+        for name, app in apps.items():
+            if not (app.get("args") or {}).get("direct_port"):
+                continue
+            handle = serve.get_deployment_handle(sc.MODEL_DEPLOYMENT, name, _check_exists=False, _record_telemetry=False)
+            await self._wait_answers(handle, _max_replicas(app), generation, f"model app {name}")
+
+    async def _wait_answers(self, handle, replicas: int, generation: int, what: str) -> None:
+        """Until `handle`'s replicas answer generation() with this one: 3 agreeing calls a replica
+        in a row (calls go to replicas at random)."""
         deadline = time.monotonic() + self._deploy_timeout_s
         agreeing = 0
-        while agreeing < 3 * self._ingress_replicas:
+        while agreeing < 3 * replicas:
             if time.monotonic() > deadline:
-                raise Unavailable(f"the inference ingress did not take routing table {generation} in time")
+                raise Unavailable(f"{what} did not take routing table {generation} in time")
             try:
                 seen = await handle.generation.remote()
             except Exception as exc:  # noqa: BLE001 - a replica restarting; ask again until the deadline
-                logger.info("ingress not answering yet: %r", exc)
+                logger.info("%s not answering yet: %r", what, exc)
                 seen = None
             agreeing = agreeing + 1 if seen == generation else 0
             if seen != generation:
@@ -249,6 +282,12 @@ def _model_apps(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for name, app in details.items()
         if name.startswith(sc.MODEL_APP_PREFIX) and app.get("deployed_app_config") and _value(app.get("status")) != "DELETING"
     }
+
+
+def _max_replicas(app: dict[str, Any]) -> int:
+    deployment: dict[str, Any] = next((d for d in app.get("deployments") or [] if d.get("name") == sc.MODEL_DEPLOYMENT), {})
+    scaling = deployment.get("autoscaling_config") or {}
+    return max(int(scaling.get("max_replicas") or deployment.get("num_replicas") or 1), 1)
 
 
 def _value(status: Any) -> str:

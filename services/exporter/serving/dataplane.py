@@ -81,7 +81,7 @@ class DataPlane:
     ) -> None:
         self._models: Mapping[str, RoutedModel] = {}
         self._ready = False
-        self._timeout_s = timeout_s
+        self.timeout_s = timeout_s
         self._rng = rng or random.Random()
         self._observe = observe
 
@@ -143,12 +143,12 @@ class DataPlane:
         inputs = codec.decode_inputs(request, routed.signature)
         names = codec.requested_outputs(request, routed.signature)
         try:
-            outputs = await asyncio.wait_for(routed.runner(inputs), self._timeout_s)
+            outputs = await asyncio.wait_for(routed.runner(inputs), self.timeout_s)
         except DomainError:
             raise
         except TimeoutError:
             raise DeadlineExceeded(
-                f"model '{request.model_name}' version {routed.version} did not answer within {self._timeout_s:g} s"
+                f"model '{request.model_name}' version {routed.version} did not answer within {self.timeout_s:g} s"
             ) from None
         except Exception as exc:  # noqa: BLE001 - any predictor failure becomes one short, clear status
             raise PredictorFailed(

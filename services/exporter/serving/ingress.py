@@ -1,9 +1,8 @@
 """The one inference ingress on Ray Serve's gRPC proxy: all of inference.GRPCInferenceService.
 
 A thin shell around DataPlane: it turns the routing table (its user_config, written by the
-controller) into handles on the per-version model apps, maps domain errors to gRPC status
-codes (an unmapped exception would reach the client as INTERNAL with a 2 KB traceback), and
-records the request metrics. The proxy calls the method named after the RPC.
+controller) into handles on the per-version model apps and records the request metrics; the
+RPCs and their status codes are v2_servicer.py's.
 """
 
 from __future__ import annotations
@@ -12,17 +11,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import grpc
 from ray import serve
 from ray.serve.grpc_util import gRPCInputStream
 
 from paddleray.inference.v2 import grpc_service_pb2 as pb
-from paddleray.services.common.errors import DomainError, Unavailable
+from paddleray.services.common.errors import Unavailable
 from paddleray.services.exporter.serving import metrics
 from paddleray.services.exporter.serving.artifact import Signature
 from paddleray.services.exporter.serving.batching import rows
 from paddleray.services.exporter.serving.dataplane import DataPlane, RoutedModel, RoutedVersion, describe
 from paddleray.services.exporter.serving.serve_config import INGRESS_DEPLOYMENT, MODEL_DEPLOYMENT
+from paddleray.services.exporter.serving.v2_servicer import V2Servicer
 
 logger = logging.getLogger(__name__)
 SERVICER = "paddleray.inference.v2.grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server"
@@ -86,6 +85,7 @@ def build_routes(table: dict[str, Any], runner_for: Callable[[dict[str, Any]], A
 class InferenceIngress:
     def __init__(self, timeout_s: float = 30.0) -> None:
         self._plane = DataPlane(timeout_s=timeout_s, observe=metrics.record_request)
+        self._servicer = V2Servicer(self._plane)
         self._generation = -1
         # Runners (and their batch queues) outlive a table that still routes to them.
         self._runners: dict[tuple, Any] = {}
@@ -112,50 +112,28 @@ class InferenceIngress:
     def generation(self) -> int:
         return self._generation
 
+    # The RPCs: the proxy calls the method named after each; the shell is shared (v2_servicer.py).
     async def ServerLive(self, request: pb.ServerLiveRequest, grpc_context) -> pb.ServerLiveResponse:
-        return _unary(self._plane.server_live, request, grpc_context, pb.ServerLiveResponse)
+        return await self._servicer.ServerLive(request, grpc_context)
 
     async def ServerReady(self, request: pb.ServerReadyRequest, grpc_context) -> pb.ServerReadyResponse:
-        return _unary(self._plane.server_ready, request, grpc_context, pb.ServerReadyResponse)
+        return await self._servicer.ServerReady(request, grpc_context)
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, grpc_context) -> pb.ServerMetadataResponse:
-        return _unary(self._plane.server_metadata, request, grpc_context, pb.ServerMetadataResponse)
+        return await self._servicer.ServerMetadata(request, grpc_context)
 
     async def ModelReady(self, request: pb.ModelReadyRequest, grpc_context) -> pb.ModelReadyResponse:
-        return _unary(self._plane.model_ready, request, grpc_context, pb.ModelReadyResponse)
+        return await self._servicer.ModelReady(request, grpc_context)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, grpc_context) -> pb.ModelMetadataResponse:
-        return _unary(self._plane.model_metadata, request, grpc_context, pb.ModelMetadataResponse)
+        return await self._servicer.ModelMetadata(request, grpc_context)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, grpc_context) -> pb.ModelInferResponse:
-        try:
-            return await self._plane.model_infer(request)
-        except DomainError as exc:
-            _fail(grpc_context, exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - anything else is ours: a short INTERNAL, logged in full
-            logger.exception("ModelInfer failed")
-            _fail(grpc_context, grpc.StatusCode.INTERNAL, f"internal error: {describe(exc)}")
-        return pb.ModelInferResponse()
+        return await self._servicer.ModelInfer(request, grpc_context)
 
     async def ModelStreamInfer(self, request_stream: gRPCInputStream):
-        async for response in self._plane.model_stream_infer(request_stream):
+        async for response in self._servicer.ModelStreamInfer(request_stream):
             yield response
-
-
-def _unary(fn, request, grpc_context, empty):
-    try:
-        return fn(request)
-    except DomainError as exc:
-        _fail(grpc_context, exc.code, exc.message)
-    except Exception as exc:  # noqa: BLE001 - see ModelInfer
-        logger.exception("%s failed", type(request).__name__)
-        _fail(grpc_context, grpc.StatusCode.INTERNAL, f"internal error: {describe(exc)}")
-    return empty()
-
-
-def _fail(grpc_context, code: grpc.StatusCode, details: str) -> None:
-    grpc_context.set_code(code)
-    grpc_context.set_details(details)
 
 
 def build(args: dict[str, Any]):

@@ -31,8 +31,8 @@ _INGRESS_IMPORT = "paddleray.services.exporter.serving.ingress:build"
 _LOGGING = {"enable_access_log": False, "log_level": "WARNING"}
 
 
-def model_app(model: ServedModel, version: ServedVersion, artifact: Artifact) -> dict[str, Any]:
-    args = {
+def model_app(model: ServedModel, version: ServedVersion, artifact: Artifact, direct_host: str = "127.0.0.1") -> dict[str, Any]:
+    args: dict[str, Any] = {
         "artifact_dir": str(artifact.root),
         "backend": version.backend,
         "predictor": dataclasses.asdict(version.predictor),
@@ -40,6 +40,9 @@ def model_app(model: ServedModel, version: ServedVersion, artifact: Artifact) ->
         "model": model.serving_name,
         "version": version.version,
     }
+    if model.direct_port:
+        # In the args, hence the app's name: moving the endpoint starts new replicas there.
+        args.update(direct_host=direct_host, direct_port=model.direct_port)
     actor_options: dict[str, Any] = {"num_cpus": version.num_cpus, "num_gpus": version.num_gpus}
     if version.memory:
         actor_options["memory"] = version.memory
@@ -103,6 +106,24 @@ def ingress_app(
         ],
         "logging_config": _LOGGING,
     }
+
+
+def with_model_table(app: dict[str, Any], table: dict[str, Any], generation: int, timeout_s: float,
+                     drain_unrouted: bool = False) -> dict[str, Any]:
+    """A model app with a direct endpoint, given its model's routing table as user_config.
+
+    The replicas answer on their own endpoint with the same table as the ingress, and a
+    user_config change reconfigures them in place (no restart), as the ingress. A replica
+    listens once the table routes its version to its app; with drain_unrouted, one the table
+    no longer routes to closes its endpoint (controller.apply says when that is safe).
+    """
+    args = app.get("args") or {}
+    if not args.get("direct_port"):
+        return app
+    config = {"generation": generation, "timeout_s": timeout_s, "versions": table.get(args["model"]) or {},
+              "drain_unrouted": drain_unrouted}
+    deployments = [{**d, "user_config": config} if d.get("name") == MODEL_DEPLOYMENT else d for d in app["deployments"]]
+    return {**app, "deployments": deployments}
 
 
 def deploy_config(apps: list[dict[str, Any]]) -> dict[str, Any]:

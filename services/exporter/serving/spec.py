@@ -79,11 +79,15 @@ class ServedModel:
 
     serving_name: str
     versions: Sequence[ServedVersion]
+    # When set, the model's replicas also serve the v2 API themselves on this port
+    # (replica_endpoint.py): no Serve proxy or ingress hop. 0: only through Serve's proxy.
+    direct_port: int = 0
 
 
 def validate_models(models: Sequence[ServedModel]) -> None:
     """Raises InvalidArgument naming the first field that breaks a rule."""
     served: set[str] = set()
+    ports: set[int] = set()
     for i, model in enumerate(models):
         where = f"models[{i}]"
         if not names.is_serving_name(model.serving_name or ""):
@@ -93,6 +97,11 @@ def validate_models(models: Sequence[ServedModel]) -> None:
         if model.serving_name in served:
             raise InvalidArgument(f"{where}.serving_name", f"'{model.serving_name}' is served twice")
         served.add(model.serving_name)
+        if not 0 <= model.direct_port <= 65535:
+            raise InvalidArgument(f"{where}.direct_port", "0 (none) or a TCP port, 1-65535")
+        if model.direct_port and model.direct_port in ports:
+            raise InvalidArgument(f"{where}.direct_port", f"port {model.direct_port} is another model's")
+        ports.add(model.direct_port)
         if not model.versions:
             raise InvalidArgument(f"{where}.versions", "at least one version")
         seen: set[str] = set()

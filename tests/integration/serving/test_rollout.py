@@ -1,4 +1,5 @@
-"""Traffic split and rolling updates under a client loop: zero failed requests."""
+"""Traffic split and rolling updates under client loops on both v2 paths (Serve's proxy, and the
+model's own endpoint on its replicas): zero failed requests."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from paddleray.inference.v2 import grpc_service_pb2_grpc
 from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from paddleray.services.localstack.ports import free_port
 from support.serving import dynamic_forward
 
 CPU = 0.1
@@ -62,8 +64,11 @@ class ClientLoop:
             return Counter(self.versions)
 
 
+DIRECT_PORT = free_port()
+
+
 def _mlp(*versions: ServedVersion) -> list[ServedModel]:
-    return [ServedModel("mlp", list(versions))]
+    return [ServedModel("mlp", list(versions), direct_port=DIRECT_PORT)]
 
 
 def test_split_and_rolling_updates_fail_no_request(controller, artifacts):
@@ -73,15 +78,17 @@ def test_split_and_rolling_updates_fail_no_request(controller, artifacts):
         "2": dynamic_forward(artifacts["mlp2"][1], X)[0],
     }
     asyncio.run(controller.apply(_mlp(ServedVersion("1", one, num_cpus=CPU))))
-    with ClientLoop(controller.grpc_port, references) as loop:
+    # The direct loop's one connection lands on one replica (v1's or v2's), which answers its own
+    # version and forwards the other by weight: the split must hold there too.
+    with ClientLoop(controller.grpc_port, references) as loop, ClientLoop(DIRECT_PORT, references) as direct:
         # A new version beside the old one, 90/10.
         asyncio.run(controller.apply(_mlp(
             ServedVersion("1", one, weight=0.9, num_cpus=CPU), ServedVersion("2", two, weight=0.1, num_cpus=CPU)
         )))
-        before = loop.snapshot()
-        while sum((loop.snapshot() - before).values()) < 800:
+        before, direct_before = loop.snapshot(), direct.snapshot()
+        while sum((loop.snapshot() - before).values()) < 800 or sum((direct.snapshot() - direct_before).values()) < 800:
             threading.Event().wait(0.2)
-        split = loop.snapshot() - before
+        split, direct_split = loop.snapshot() - before, direct.snapshot() - direct_before
         # Version 1 replaced in place by a new export of the same weights (a new app, blue/green),
         # then all traffic moved to version 2, then version 1 removed.
         replaced = artifacts["mlp1"][0].parent / "1-again"
@@ -95,16 +102,17 @@ def test_split_and_rolling_updates_fail_no_request(controller, artifacts):
         asyncio.run(controller.apply(_mlp(
             ServedVersion("1", str(replaced), weight=0.0, num_cpus=CPU), ServedVersion("2", two, weight=1.0, num_cpus=CPU)
         )))
-        mark = loop.snapshot()
+        mark, direct_mark = loop.snapshot(), direct.snapshot()
         asyncio.run(controller.apply(_mlp(ServedVersion("2", two, weight=1.0, num_cpus=CPU))))
-        after = loop.snapshot()
-        while sum((loop.snapshot() - after).values()) < 50:
+        after, direct_after = loop.snapshot(), direct.snapshot()
+        while sum((loop.snapshot() - after).values()) < 50 or sum((direct.snapshot() - direct_after).values()) < 50:
             threading.Event().wait(0.1)
-        tail = loop.snapshot() - after
-    assert loop.failures == []
-    share = split["2"] / sum(split.values())
-    # Binomial with p = 0.1 over >= 800 draws: sd <= 0.011, the band is > 4 sd each side.
-    assert 0.05 < share < 0.15, split
+        tail, direct_tail = loop.snapshot() - after, direct.snapshot() - direct_after
+    assert loop.failures == [] and direct.failures == []
+    for name, counts in (("proxy", split), ("direct", direct_split)):
+        # Binomial with p = 0.1 over >= 800 draws: sd <= 0.011, the band is > 4 sd each side.
+        assert 0.05 < counts["2"] / sum(counts.values()) < 0.15, (name, counts)
     assert set(tail) == {"2"} and (after - mark)["1"] == 0
+    assert set(direct_tail) == {"2"} and (direct_after - direct_mark)["1"] == 0
     status = asyncio.run(controller.status())
     assert set(status["mlp"].versions) == {"2"} and status["mlp"].versions["2"].serving

@@ -1,5 +1,6 @@
-"""A stock v2 client (tritonclient[grpc], from the package index) against the Serve endpoint,
-with no extra metadata: unary calls, metadata, errors and the streaming API."""
+"""A stock v2 client (tritonclient[grpc], from the package index) against both v2 endpoints (Serve's
+proxy, and the model's own), with no extra metadata: unary calls, metadata, errors and the
+streaming API."""
 
 from __future__ import annotations
 
@@ -11,22 +12,27 @@ import numpy as np
 import pytest
 
 from paddleray.services.exporter.serving.spec import ServedModel, ServedVersion
+from paddleray.services.localstack.ports import free_port
 from support.serving import dynamic_forward
 from support.triton import CLIENT_SCRIPT, triton_python
 
 
 @pytest.fixture(scope="module")
 def served(controller, artifacts):
-    asyncio.run(controller.apply([ServedModel("mlp", [ServedVersion("1", str(artifacts["mlp1"][0]), num_cpus=0.1)])]))
+    model = ServedModel("mlp", [ServedVersion("1", str(artifacts["mlp1"][0]), num_cpus=0.1)], direct_port=free_port())
+    asyncio.run(controller.apply([model]))
+    return model
 
 
-def test_tritonclient_works_unchanged(controller, served, artifacts, tmp_path):
+@pytest.mark.parametrize("path", ["proxy", "direct"])
+def test_tritonclient_works_unchanged(controller, served, artifacts, tmp_path, path):
+    port = controller.grpc_port if path == "proxy" else served.direct_port
     python = triton_python()
     x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
     case = tmp_path / "case.json"
     case.write_text(json.dumps({"x": x.tolist()}))
     run = subprocess.run(
-        [python, str(CLIENT_SCRIPT), f"127.0.0.1:{controller.grpc_port}", str(case)],
+        [python, str(CLIENT_SCRIPT), f"127.0.0.1:{port}", str(case)],
         capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]

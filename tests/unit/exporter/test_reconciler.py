@@ -240,3 +240,35 @@ async def test_serve_managed_by_another_installation_is_left_alone_and_deploymen
     await reconciler.reconcile()
     assert controller.starts == 1 and len(controller.applied) == 1
     assert (await deployment_store.get("prod")).deployment.state == D.DEPLOYMENT_STATE_HEALTHY
+
+
+
+async def test_each_deployment_is_served_on_a_direct_port_of_its_own_that_it_keeps(
+        deployment_store, store, controller, cluster, raw_redis, tmp_path):
+    from paddleray.services.exporter.direct_ports import DirectPorts
+    from support.ports import free_port_range
+
+    ports = DirectPorts(raw_redis, free_port_range(4))
+    reconciler = Reconciler(deployment_store, store, controller, cluster, tmp_path, direct_ports=ports)
+
+    async def shown() -> dict[str, str]:
+        return {d: f"10.0.0.1:{p}" for d, p in (await ports.assigned()).items()}
+
+    manager = DeploymentManager(deployment_store, store, "127.0.0.1:9000", reconciler.wake, reconciler.live,
+                                direct_endpoints=shown)
+    await ready_version(store, tmp_path, "digits")
+    await manager.create("a", split((1, 100)), "")
+    await manager.create("b", split((1, 100)), "")
+    await reconciler.reconcile()
+    by_name = {m.serving_name: m.direct_port for m in controller.applied[-1]}
+    assert len(set(by_name.values())) == 2 and all(by_name.values())
+    live = await manager.get("deployments/a")
+    assert live.direct_endpoint == f"10.0.0.1:{by_name['a']}" and live.endpoint == "127.0.0.1:9000"
+    listed, _ = await manager.list_deployments(10, "", "", "")
+    assert {d.name: d.direct_endpoint for d in listed} == {
+        f"deployments/{n}": f"10.0.0.1:{p}" for n, p in by_name.items()}
+    # An exporter restart (a new reconciler on the same Redis) serves each on the same port.
+    again = Reconciler(deployment_store, store, controller, cluster, tmp_path, direct_ports=DirectPorts(raw_redis, ports.ports))
+    await manager.update(split((1, 100), name="deployments/a", num_replicas=2), field_mask_pb2.FieldMask(paths=["num_replicas"]))
+    await again.reconcile()
+    assert {m.serving_name: m.direct_port for m in controller.applied[-1]} == by_name

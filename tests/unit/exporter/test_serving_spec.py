@@ -43,6 +43,8 @@ def _v(**kw) -> ServedVersion:
         ([ServedModel("m", [_v(num_gpus=1.5)])], "models[0].versions[0].num_gpus"),
         ([ServedModel("m", [_v(predictor=PredictorOptions(use_gpu=True))])], "models[0].versions[0].num_gpus"),
         ([ServedModel("m", [_v(predictor=PredictorOptions(enable_tensorrt=True))])], "models[0].versions[0].predictor.enable_tensorrt"),
+        ([ServedModel("m", [_v()], direct_port=70000)], "models[0].direct_port"),
+        ([ServedModel("m", [_v()], direct_port=9100), ServedModel("n", [_v()], direct_port=9100)], "models[1].direct_port"),
     ],
 )
 def test_bad_specs_name_the_field(models, field):
@@ -69,6 +71,24 @@ def test_app_names_change_with_what_needs_new_replicas_only(mlp_artifact):
     assert sc.model_app(model, _v(num_gpus=0.25, memory=2**30), artifact)["deployments"][0]["ray_actor_options"] == {
         "num_cpus": 1.0, "num_gpus": 0.25, "memory": 2**30,
     }
+
+
+def test_a_direct_endpoint_is_in_the_app_and_its_routing_table_in_user_config(mlp_artifact):
+    from ray.serve.schema import ServeDeploySchema
+
+    artifact = load_artifact(mlp_artifact[0])
+    plain = sc.model_app(ServedModel("m", [_v()]), _v(), artifact)
+    direct = sc.model_app(ServedModel("m", [_v()], direct_port=9100), _v(), artifact, direct_host="10.0.0.5")
+    # Where the endpoint listens needs new replicas (a new app); its routing table does not.
+    assert direct["name"] != plain["name"]
+    assert (direct["args"]["direct_host"], direct["args"]["direct_port"]) == ("10.0.0.5", 9100)
+    table = {"m": {"1": sc.route_entry(_v(), artifact, direct["name"])}, "other": {"1": {}}}
+    configured = sc.with_model_table(direct, table, 7, 30.0, drain_unrouted=True)
+    assert configured["name"] == direct["name"]
+    assert configured["deployments"][0]["user_config"] == {
+        "generation": 7, "timeout_s": 30.0, "versions": table["m"], "drain_unrouted": True}
+    assert sc.with_model_table(plain, table, 7, 30.0) == plain  # no endpoint: no table, no reconfigure
+    ServeDeploySchema.model_validate(sc.deploy_config([configured]))
 
 
 def test_the_deploy_config_is_a_valid_serve_schema(mlp_artifact):

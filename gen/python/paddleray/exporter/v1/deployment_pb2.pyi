@@ -71,7 +71,7 @@ class VersionStatus(_message.Message):
     def __init__(self, model_version: _Optional[str] = ..., backend: _Optional[_Union[_model_pb2.Backend, str]] = ..., state: _Optional[_Union[DeploymentState, str]] = ..., running_replicas: _Optional[int] = ..., target_replicas: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Deployment(_message.Message):
-    __slots__ = ("name", "serving_name", "traffic", "backend", "predictor", "num_replicas", "autoscaling", "resources_per_replica", "batching", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time", "tenant")
+    __slots__ = ("name", "serving_name", "traffic", "backend", "predictor", "num_replicas", "autoscaling", "resources_per_replica", "batching", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time", "tenant", "direct_endpoint")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SERVING_NAME_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,7 @@ class Deployment(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    DIRECT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     name: str
     serving_name: str
     traffic: _containers.RepeatedCompositeFieldContainer[TrafficTarget]
@@ -106,4 +107,5 @@ class Deployment(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     tenant: str
-    def __init__(self, name: _Optional[str] = ..., serving_name: _Optional[str] = ..., traffic: _Optional[_Iterable[_Union[TrafficTarget, _Mapping]]] = ..., backend: _Optional[_Union[_model_pb2.Backend, str]] = ..., predictor: _Optional[_Union[_model_pb2.PredictorConfig, _Mapping]] = ..., num_replicas: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., resources_per_replica: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., model: _Optional[str] = ..., state: _Optional[_Union[DeploymentState, str]] = ..., state_reason: _Optional[str] = ..., endpoint: _Optional[str] = ..., version_statuses: _Optional[_Iterable[_Union[VersionStatus, _Mapping]]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    direct_endpoint: str
+    def __init__(self, name: _Optional[str] = ..., serving_name: _Optional[str] = ..., traffic: _Optional[_Iterable[_Union[TrafficTarget, _Mapping]]] = ..., backend: _Optional[_Union[_model_pb2.Backend, str]] = ..., predictor: _Optional[_Union[_model_pb2.PredictorConfig, _Mapping]] = ..., num_replicas: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., resources_per_replica: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., model: _Optional[str] = ..., state: _Optional[_Union[DeploymentState, str]] = ..., state_reason: _Optional[str] = ..., endpoint: _Optional[str] = ..., version_statuses: _Optional[_Iterable[_Union[VersionStatus, _Mapping]]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., direct_endpoint: _Optional[str] = ...) -> None: ...
