@@ -11,16 +11,20 @@ the Serve ingress to the wide model (64-2048x2-10, Paddle Inference with oneDNN,
 request) deployed twice side by side: with dynamic batching (32 rows, WIDE_BATCH_WAIT_S; the
 ingress stacks concurrent requests and makes one handle call per batch) over without.
 
-serve_vs_direct: the same load on the digits MLP through the Serve ingress over a minimal
-grpc.aio server (bench/serving_direct.py) around the same predictor and data plane, with
-batching off as deployed by default; the same with batching on (32 rows, 2 ms) is reported as
-serve_batched_vs_direct. The
-server CPU per request of each Serve process (proxy, ingress, model replica) is reported
-from /proc, which is where the time goes.
+serve_vs_direct: the same load on the digits MLP through the deployment's own endpoint (its
+Serve replica's grpc.aio server: serving/replica_endpoint.py) over a minimal grpc.aio server
+(bench/serving_direct.py) around the same predictor and data plane, with batching off as
+deployed by default. Through Serve's gRPC proxy and ingress instead: proxy_vs_direct (and with
+batching on, 32 rows, 2 ms: serve_batched_vs_direct). The server CPU per request of each Serve
+process (proxy, ingress, model replica) is reported from /proc, which is where the time goes.
+endpoint_batching_gain: batching_gain's loads on the wide model's own endpoints (batching in
+the replica).
 
-rollout_failed_requests: failed requests of a 32-client load running through two rollouts (a
-new version beside the old one, then a 50/50 traffic move); the longest latency seen during
-them is the stall. cold_first_request_ms: the first request pinned to a version just deployed.
+rollout_failed_requests: failed requests of a 32-client load through the proxy running through
+three rollouts (a new version beside the old one, a 50/50 traffic move, the old version
+removed); endpoint_rollout_*: the same for a second load on the model's own endpoint at the same
+time. The longest latency seen during them is the stall. cold_first_request_ms: the first
+request pinned to a version just deployed.
 """
 
 from __future__ import annotations
@@ -175,40 +179,54 @@ async def serve_part(root: Path, mlp_artifact: Path, backend: str, p: dict) -> d
         direct_target = f"127.0.0.1:{int(direct.stdout.readline())}"
         ctl = ServingController(grpc_port=free_port(), http_port=free_port(), deploy_timeout_s=300)
         await ctl.start()
+        ports = {name: free_port() for name in ("mlp", "wide-batched", "wide-unbatched")}
         v1 = ServedVersion("1", str(mlp_artifact), backend=backend, num_cpus=0.5)
         models = [
-            ServedModel("mlp", [v1]),
+            ServedModel("mlp", [v1], direct_port=ports["mlp"]),
             ServedModel("mlp-batched", [ServedVersion("1", str(mlp_artifact), backend=backend, num_cpus=0.25,
                                                       batching=Batching(32, 0.002))]),
             ServedModel("wide-batched", [ServedVersion("1", str(wide), predictor=onednn, num_cpus=0.25,
-                                                       batching=Batching(32, WIDE_BATCH_WAIT_S))]),
-            ServedModel("wide-unbatched", [ServedVersion("1", str(wide), predictor=onednn, num_cpus=0.25)]),
+                                                       batching=Batching(32, WIDE_BATCH_WAIT_S))],
+                        direct_port=ports["wide-batched"]),
+            ServedModel("wide-unbatched", [ServedVersion("1", str(wide), predictor=onednn, num_cpus=0.25)],
+                        direct_port=ports["wide-unbatched"]),
         ]
         started = time.perf_counter()
         await ctl.apply(models)
         out["first_apply_s"] = time.perf_counter() - started
         serve_target = f"127.0.0.1:{ctl.grpc_port}"
+        endpoint = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
         cpu = ServeCpu()
-        out["serve"], out["direct"], out["serve_batched"] = [], [], []
+        for key in ("endpoint", "serve", "direct", "serve_batched"):
+            out[key] = []
         for _ in range(p["rounds"]):
-            out["serve"].append(_trial(serve_target, "mlp", p["trial_s"], cpu))
+            out["endpoint"].append(_trial(endpoint["mlp"], "mlp", p["trial_s"], cpu))
             out["direct"].append(_trial(direct_target, "mlp", p["trial_s"]))
+            out["serve"].append(_trial(serve_target, "mlp", p["trial_s"], cpu))
             out["serve_batched"].append(_trial(serve_target, "mlp-batched", p["trial_s"]))
         out["batched"], out["unbatched"] = harness.alternate(
             lambda: _trial(serve_target, "wide-batched", p["trial_s"]),
             lambda: _trial(serve_target, "wide-unbatched", p["trial_s"]),
             p["rounds"],
         )
-        # Rollouts under load: version 2 (a copy of the artifact: a new app) beside 1, then 50/50.
+        # Batching inside the replica, on the model's own endpoint (the batch queue is local there).
+        out["endpoint_batched"], out["endpoint_unbatched"] = harness.alternate(
+            lambda: _trial(endpoint["wide-batched"], "wide-batched", p["trial_s"]),
+            lambda: _trial(endpoint["wide-unbatched"], "wide-unbatched", p["trial_s"]),
+            p["rounds"],
+        )
+        # Rollouts under load on both paths at once: version 2 (a copy of the artifact: a new
+        # app) beside 1, then 50/50, then 2 alone (1's app deleted: its endpoint drains).
         copy = root / "mlp-2"
         shutil.copytree(mlp_artifact, copy)
         v2 = ServedVersion("2", str(copy), backend=backend, num_cpus=0.5, weight=0.0)
         stop = root / "stop-load"
-        load = _load(serve_target, "mlp", 600, stop_file=str(stop))
+        loads = {"proxy": _load(serve_target, "mlp", 600, stop_file=str(stop)),
+                 "endpoint": _load(endpoint["mlp"], "mlp", 600, stop_file=str(stop))}
         await asyncio.sleep(1.0)
         rest = models[1:]
         started = time.perf_counter()
-        await ctl.apply([ServedModel("mlp", [v1, v2]), *rest])
+        await ctl.apply([ServedModel("mlp", [v1, v2], direct_port=ports["mlp"]), *rest])
         out["rollout_apply_s"] = time.perf_counter() - started
         import grpc
 
@@ -221,10 +239,14 @@ async def serve_part(root: Path, mlp_artifact: Path, backend: str, p: dict) -> d
             )
         import dataclasses
 
-        await ctl.apply([ServedModel("mlp", [dataclasses.replace(v1, weight=0.5), dataclasses.replace(v2, weight=0.5)]), *rest])
+        half = [dataclasses.replace(v1, weight=0.5), dataclasses.replace(v2, weight=0.5)]
+        await ctl.apply([ServedModel("mlp", half, direct_port=ports["mlp"]), *rest])
+        await asyncio.sleep(1.0)
+        await ctl.apply([ServedModel("mlp", [dataclasses.replace(v2, weight=1.0)], direct_port=ports["mlp"]), *rest])
         await asyncio.sleep(1.0)
         stop.touch()
-        out["rollout"] = _result(load)
+        out["rollout"] = _result(loads["proxy"])
+        out["endpoint_rollout"] = _result(loads["endpoint"])
         await ctl.stop(shutdown_serve=True)
     finally:
         if direct is not None:
@@ -256,16 +278,22 @@ def run(quick: bool, smoke: bool = False) -> dict:
         "static_vs_dygraph": [d / s for d, s in zip(r["dygraph"], r["served"], strict=True)],
         "paddle_inference_vs_dygraph": [d / s for d, s in zip(r["dygraph"], r["paddle"], strict=True)],
         "batching_gain": [b["rps"] / u["rps"] for b, u in zip(srv["batched"], srv["unbatched"], strict=True)],
-        "serve_vs_direct": [s["rps"] / d["rps"] for s, d in zip(srv["serve"], srv["direct"], strict=True)],
+        "serve_vs_direct": [s["rps"] / d["rps"] for s, d in zip(srv["endpoint"], srv["direct"], strict=True)],
     }
     ratios = {key: round(harness.median(values), 4) for key, values in per_round.items()}
-    rollout = srv["rollout"]
+    rollout, endpoint_rollout = srv["rollout"], srv["endpoint_rollout"]
     metrics = {
         "served_backend": lat["served_backend"],
         "validated_backends": lat["validated"],
         "dygraph_bs1_us": round(harness.median(r["dygraph"]) * 1e6, 1),
         "paddle_inference_bs1_us": round(harness.median(r["paddle"]) * 1e6, 1),
         "served_backend_bs1_us": round(harness.median(r["served"]) * 1e6, 1),
+        "endpoint_rps": [round(t["rps"], 1) for t in srv["endpoint"]],
+        "endpoint_p50_ms": round(harness.median([t["p50_ms"] for t in srv["endpoint"]]), 2),
+        "endpoint_p99_ms": round(harness.median([t["p99_ms"] for t in srv["endpoint"]]), 2),
+        "endpoint_cpu_ms_per_request": srv["endpoint"][-1]["cpu_ms_per_request"],
+        "proxy_vs_direct": round(
+            harness.median([s["rps"] / d["rps"] for s, d in zip(srv["serve"], srv["direct"], strict=True)]), 4),
         "serve_rps": [round(t["rps"], 1) for t in srv["serve"]],
         "direct_rps": [round(t["rps"], 1) for t in srv["direct"]],
         "serve_p50_ms": round(harness.median([t["p50_ms"] for t in srv["serve"]]), 2),
@@ -281,6 +309,10 @@ def run(quick: bool, smoke: bool = False) -> dict:
         "unbatched_rps": [round(t["rps"], 1) for t in srv["unbatched"]],
         "batched_p99_ms": round(harness.median([t["p99_ms"] for t in srv["batched"]]), 2),
         "unbatched_p99_ms": round(harness.median([t["p99_ms"] for t in srv["unbatched"]]), 2),
+        "endpoint_batching_gain": round(harness.median(
+            [b["rps"] / u["rps"] for b, u in zip(srv["endpoint_batched"], srv["endpoint_unbatched"], strict=True)]), 4),
+        "endpoint_batched_rps": [round(t["rps"], 1) for t in srv["endpoint_batched"]],
+        "endpoint_unbatched_rps": [round(t["rps"], 1) for t in srv["endpoint_unbatched"]],
         "cold_first_request_ms": round(srv["cold_first_request_ms"], 2),
         "warm_request_ms": round(srv["warm_request_ms"], 2),
         "first_apply_s": round(srv["first_apply_s"], 2),
@@ -289,13 +321,19 @@ def run(quick: bool, smoke: bool = False) -> dict:
         "rollout_requests": rollout["ok"],
         "rollout_max_latency_ms": round(rollout["max_ms"], 1),
         "rollout_versions": rollout["versions"],
+        "endpoint_rollout_failed_requests": endpoint_rollout["failed"],
+        "endpoint_rollout_requests": endpoint_rollout["ok"],
+        "endpoint_rollout_max_latency_ms": round(endpoint_rollout["max_ms"], 1),
+        "endpoint_rollout_versions": endpoint_rollout["versions"],
+        "endpoint_rollout_codes": endpoint_rollout["codes"],
         "load_1min": os.getloadavg()[0],
     }
-    params = {**p, "concurrency": CONCURRENCY, "serving_path": "Serve's default gRPC proxy",
+    params = {**p, "concurrency": CONCURRENCY, "serving_path": "the model's own endpoint (serve_vs_direct); Serve's gRPC proxy (proxy_vs_direct, batching_gain)",
               "wide_batch_wait_ms": WIDE_BATCH_WAIT_S * 1000}
     sides = {
         "dygraph_calls": p["calls"] * p["rounds"],
         "predictor_calls": p["calls"] * p["rounds"],
+        "endpoint_requests": sum(t["ok"] for t in srv["endpoint"]),
         "serve_requests": sum(t["ok"] for t in srv["serve"]),
         "direct_requests": sum(t["ok"] for t in srv["direct"]),
         "batched_requests": sum(t["ok"] for t in srv["batched"]),

@@ -1,5 +1,5 @@
-"""The baseline: a minimal grpc.aio server around the same predictor and the same v2 data plane,
-no Ray. python bench/serving_direct.py ARTIFACT_DIR BACKEND MKLDNN(0|1) MODEL_NAME; prints its port.
+"""The baseline: a minimal grpc.aio server around the same predictor, the same v2 data plane and
+gRPC shell (v2_servicer.py), no Ray. python bench/serving_direct.py ARTIFACT_DIR BACKEND MKLDNN(0|1) MODEL_NAME; prints its port.
 """
 
 from __future__ import annotations
@@ -10,22 +10,11 @@ import sys
 import grpc
 
 from paddleray.inference.v2 import grpc_service_pb2_grpc
-from paddleray.services.common.errors import DomainError
 from paddleray.services.exporter.serving.artifact import load_artifact
 from paddleray.services.exporter.serving.dataplane import DataPlane, RoutedModel, RoutedVersion
 from paddleray.services.exporter.serving.predictor import PLATFORMS, load_predictor
 from paddleray.services.exporter.serving.spec import PredictorOptions
-
-
-class Servicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, plane: DataPlane) -> None:
-        self._plane = plane
-
-    async def ModelInfer(self, request, context):
-        try:
-            return await self._plane.model_infer(request)
-        except DomainError as exc:
-            await context.abort(exc.code, exc.message)
+from paddleray.services.exporter.serving.v2_servicer import V2Servicer
 
 
 async def main(directory: str, backend: str, mkldnn: bool, name: str) -> None:
@@ -38,7 +27,7 @@ async def main(directory: str, backend: str, mkldnn: bool, name: str) -> None:
     plane = DataPlane()
     plane.swap({name: RoutedModel(name, {"1": RoutedVersion("1", 1.0, artifact.signature, PLATFORMS[backend], run)})})
     server = grpc.aio.server()
-    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(plane), server)
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(V2Servicer(plane), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(port, flush=True)

@@ -76,7 +76,8 @@ def deploy(client: Client, console: Console, version: model_pb2.ModelVersion, de
     done = exporter.wait_deployment(created.name, timeout=timeout_s, on_update=progress)
     if done.state != D.DEPLOYMENT_STATE_HEALTHY:
         raise DemoFailed(f"{done.name} ended {_state(D, done.state, 'DEPLOYMENT_STATE_')}: {done.state_reason}")
-    console.print(f"serving model_name {done.serving_name!r} at {done.endpoint} (inference.GRPCInferenceService)",
+    console.print(f"serving model_name {done.serving_name!r} at {done.direct_endpoint or done.endpoint} "
+                  f"(inference.GRPCInferenceService; also through Ray Serve's proxy at {done.endpoint})",
                   markup=False, highlight=False)
     return done
 
@@ -90,9 +91,11 @@ def held_out(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def query(client: Client, console: Console, deployment: deployment_pb2.Deployment, version: model_pb2.ModelVersion,
           features: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
     """One ModelInfer per held-out row (latency as a client sees it), then all rows in one call."""
-    inference = Inference(client, address=deployment.endpoint)
+    # The deployment's own endpoint when it has one (its replicas serve it: no proxy hop).
+    address = deployment.direct_endpoint or deployment.endpoint
+    inference = Inference(client, address=address)
     if not inference.server_ready():
-        raise DemoFailed(f"the v2 endpoint {deployment.endpoint} is not ready")
+        raise DemoFailed(f"the v2 endpoint {address} is not ready")
     model = deployment.serving_name
     input_name = version.inputs[0].name if version.inputs else "x"
     features = features.astype(np.float32)
@@ -117,7 +120,7 @@ def query(client: Client, console: Console, deployment: deployment_pb2.Deploymen
     accuracy = float(np.mean(predictions == labels))
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     result: dict[str, Any] = {
-        "model_name": model, "endpoint": deployment.endpoint, "rows": int(len(labels)),
+        "model_name": model, "endpoint": address, "rows": int(len(labels)),
         "accuracy": accuracy, "correct": int(np.sum(predictions == labels)),
         "latency_ms": {"p50": p50, "p99": p99,
                        "mean": float(np.mean(latencies)), "cold_first_request": cold_ms},

@@ -111,6 +111,7 @@ def print_deployment(deployment: deployment_pb2.Deployment) -> None:
         ("state", deployment_state(deployment.state) + (f" ({first_line(deployment.state_reason)})"
                                                         if deployment.state_reason else "")),
         ("model_name", f"{deployment.serving_name} (v2 ModelInfer at {deployment.endpoint or '-'})"),
+        ("own endpoint", deployment.direct_endpoint or "- (through the endpoint above only)"),
         ("model", deployment.model or "-"),
         ("traffic", traffic_text(deployment) + "  (version=percent)"),
         ("replicas", replicas),
@@ -144,7 +145,8 @@ def follow_deployment(client: Client, name: str, wait_timeout: float | None, fmt
     if fmt != Format.table:
         output.emit(fmt, output.as_data(done))
     else:
-        output.console().print(f"serving model_name {done.serving_name!r} at {done.endpoint} "
+        own = f"; its own endpoint: {done.direct_endpoint}" if done.direct_endpoint else ""
+        output.console().print(f"serving model_name {done.serving_name!r} at {done.endpoint}{own} "
                                "(inference.GRPCInferenceService)", markup=False, highlight=False)
     return ExitCode.SUCCEEDED
 
@@ -222,8 +224,9 @@ def list_deployments(
         output.emit(fmt, [output.as_data(d) for d in found])
         return
     rows = [[d.name, deployment_state(d.state), d.serving_name, d.model, traffic_text(d), replicas_text(d),
-             d.endpoint or "-"] for d in found]
-    output.table(("deployment", "state", "model_name", "model", "traffic", "replicas", "endpoint"), rows, keep=(0, 1, 2))
+             d.endpoint or "-", d.direct_endpoint or "-"] for d in found]
+    output.table(("deployment", "state", "model_name", "model", "traffic", "replicas", "endpoint", "own endpoint"), rows,
+                 keep=(0, 1, 2))
 
 
 @app.command()

@@ -169,11 +169,12 @@ class Exporter:
               timeout, poll_interval_s, None)
 
     def serving_endpoint(self, serving_name: str) -> str:
-        """The v2 endpoint of the deployment clients call as model_name serving_name."""
+        """The v2 endpoint of the deployment clients call as model_name serving_name: its own
+        (direct_endpoint, served by its replicas: the faster) when it has one, else Serve's proxy."""
         seen = []
         for deployment in self.list_deployments():
-            if deployment.serving_name == serving_name and deployment.endpoint:
-                return deployment.endpoint
+            if deployment.serving_name == serving_name and (deployment.direct_endpoint or deployment.endpoint):
+                return deployment.direct_endpoint or deployment.endpoint
             seen.append(deployment.serving_name)
         raise ServiceError(grpc.StatusCode.NOT_FOUND, f"no deployment serves model_name {serving_name!r} "
                                                       f"(served: {', '.join(seen) or 'none'})")

@@ -113,7 +113,9 @@ def test_the_readme_demo_tells_the_whole_story_and_leaves_a_running_stack_alone(
     # measured on the same rows with the exported checkpoint.
     assert summary["deployment"]["state"] == "DEPLOYMENT_STATE_HEALTHY"
     inference = summary["inference"]
-    assert inference["rows"] == 359 and inference["endpoint"] == summary["deployment"]["endpoint"]
+    # Queried at the deployment's own endpoint (its replicas serve it), not through Serve's proxy.
+    deployment = summary["deployment"]
+    assert inference["rows"] == 359 and inference["endpoint"] == deployment["direct_endpoint"] != deployment["endpoint"]
     assert abs(inference["accuracy"] - inference["expected_accuracy"]) <= 2 / inference["rows"], inference
     assert inference["batch_call"]["agrees_with_single_rows"]
     latency = inference["latency_ms"]

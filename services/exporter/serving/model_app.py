@@ -95,13 +95,17 @@ class ModelServer:
             return
         self._plane.timeout_s = float(config.get("timeout_s") or self._plane.timeout_s)
         self._plane.swap(routes)
-        self._generation = int(config.get("generation", 0))
         live = {id(v.runner) for m in routes.values() for v in m.versions.values()}
         self._runners = {k: r for k, r in self._runners.items() if id(r) in live}
-        # Listening only once the table routes this version here: a staged replica (a version
-        # being replaced, or one not yet taking traffic) takes no connection before that.
-        routed_here = (table.get(self._version) or {}).get("app") == me
-        if self._endpoint is not None and not routed_here and config.get("drain_unrouted"):
+        await self._follow_table((table.get(self._version) or {}).get("app") == me, bool(config.get("drain_unrouted")))
+        # Last: the controller reads the generation as "this replica's endpoint follows it",
+        # listening or drained (it deletes a drained app next).
+        self._generation = int(config.get("generation", 0))
+
+    async def _follow_table(self, routed_here: bool, drain_unrouted: bool) -> None:
+        """Listens once the table routes this version here (a staged replica, of a version being
+        replaced or not yet taking traffic, takes no connection before); closes once it does not."""
+        if self._endpoint is not None and not routed_here and drain_unrouted:
             # Replaced or removed: the replicas taking this one's clients listen already.
             endpoint, self._endpoint = self._endpoint, None
             await endpoint.stop()

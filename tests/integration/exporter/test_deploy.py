@@ -1,7 +1,8 @@
 """Deployments end to end on the real ServingController (Ray Serve on the shared Ray head): an
 exported version deployed, HEALTHY with replica counts, answering v2 ModelInfer through the
-generated stubs with the dynamic model's outputs, guarded against deletion while served,
-split 90/10 by weight, then undeployed."""
+generated stubs with the dynamic model's outputs (through Serve's proxy and through the
+deployment's own endpoint, direct_endpoint), guarded against deletion while served, split 90/10
+by weight on both, then undeployed."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.settings import ExporterSettings
 from support import free_port, wait_until
 from support.exporter import BUILDERS, EXAMPLES, WORKERS, ExporterClient, exporter_thread, flush, linear_checkpoint
+from support.ports import free_port_range
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 D = deployment_pb2.DeploymentState
@@ -35,6 +37,7 @@ def serving_exporter(ray_cluster, redis_server, tmp_path_factory):
         port=0, redis_url=redis_server.url, ray_address=ray_cluster, storage_root=tmp_path_factory.mktemp("deploy"),
         builder_allowlist=[EXAMPLES, BUILDERS], scheduler_address="", export_num_cpus=0.5,
         serving_grpc_port=free_port(), serving_http_port=free_port(), reconcile_interval_s=1.0,
+        serving_direct_ports="{}-{}".format(*(lambda r: (r.start, r.stop - 1))(free_port_range(4))),
     )
     thread = exporter_thread(settings)
     yield thread
@@ -80,6 +83,12 @@ def _dynamic(checkpoint: str, x: np.ndarray) -> np.ndarray:
     model.eval()
     with paddle.no_grad():
         return model(paddle.to_tensor(x)).numpy()
+
+
+def _direct(deployment: deployment_pb2.Deployment):
+    """A stub on the deployment's own endpoint."""
+    assert deployment.direct_endpoint.startswith("127.0.0.1:"), deployment.direct_endpoint
+    return grpc_service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(deployment.direct_endpoint))
 
 
 def _get(client: ExporterClient, name: str) -> deployment_pb2.Deployment:
@@ -139,6 +148,10 @@ def test_a_deployed_version_serves_the_dynamic_models_predictions_until_undeploy
     assert response.model_version == "1"
     np.testing.assert_allclose(codec.decode_response(response)["fetch_name_0"], _dynamic(checkpoint, x),
                                rtol=1e-5, atol=1e-5)
+    direct = _direct(healthy)
+    response = direct.ModelInfer(codec.encode_request("linear", {"x": x}), timeout=30)
+    np.testing.assert_allclose(codec.decode_response(response)["fetch_name_0"], _dynamic(checkpoint, x),
+                               rtol=1e-5, atol=1e-5)
     with pytest.raises(grpc.RpcError) as info:
         client.stub.DeleteModelVersion(es.DeleteModelVersionRequest(name=name), timeout=30)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "deployments linear" in info.value.details()
@@ -153,6 +166,10 @@ def test_a_deployed_version_serves_the_dynamic_models_predictions_until_undeploy
     with pytest.raises(grpc.RpcError) as info:
         inference.ModelInfer(codec.encode_request("linear", {"x": x}), timeout=30)
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    # Its own endpoint went with its replicas (and its port was freed).
+    with pytest.raises(grpc.RpcError) as info:
+        direct.ModelInfer(codec.encode_request("linear", {"x": x}), timeout=30)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_a_90_10_split_routes_by_weight_and_model_version_picks_a_version(clients, versions):
@@ -164,16 +181,17 @@ def test_a_90_10_split_routes_by_weight_and_model_version_picks_a_version(client
                  deployment_pb2.TrafficTarget(model_version=second, percent=10)])
     created = client.stub.CreateDeployment(es.CreateDeploymentRequest(deployment_id="ab", deployment=deployment),
                                            timeout=30).deployment
-    _wait_state(client, created.name, D.DEPLOYMENT_STATE_HEALTHY)
+    healthy = _wait_state(client, created.name, D.DEPLOYMENT_STATE_HEALTHY)
     x = np.ones((1, 8), np.float32)
-    served = Counter(inference.ModelInfer(codec.encode_request("linear-ab", {"x": x}), timeout=30).model_version
-                     for _ in range(400))
-    # Binomial(400, 0.1): mean 40, sd 6; 5 sd either side.
-    assert set(served) == {"1", "2"} and 10 <= served["2"] <= 70, served
-    pinned = inference.ModelInfer(codec.encode_request("linear-ab", {"x": x}, version="2"), timeout=30)
-    assert pinned.model_version == "2"
-    np.testing.assert_allclose(codec.decode_response(pinned)["fetch_name_0"], _dynamic(checkpoint, x),
-                               rtol=1e-5, atol=1e-5)
+    for path in (inference, _direct(healthy)):
+        served = Counter(path.ModelInfer(codec.encode_request("linear-ab", {"x": x}), timeout=30).model_version
+                         for _ in range(400))
+        # Binomial(400, 0.1): mean 40, sd 6; 5 sd either side.
+        assert set(served) == {"1", "2"} and 10 <= served["2"] <= 70, served
+        pinned = path.ModelInfer(codec.encode_request("linear-ab", {"x": x}, version="2"), timeout=30)
+        assert pinned.model_version == "2"
+        np.testing.assert_allclose(codec.decode_response(pinned)["fetch_name_0"], _dynamic(checkpoint, x),
+                                   rtol=1e-5, atol=1e-5)
     listed = client.stub.ListDeployments(es.ListDeploymentsRequest(model_version=second), timeout=30).deployments
     assert [d.name for d in listed] == ["deployments/ab"]
     client.stub.DeleteDeployment(es.DeleteDeploymentRequest(name=created.name), timeout=30)

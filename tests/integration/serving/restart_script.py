@@ -42,7 +42,8 @@ def connect(address: str, attempts: int = 6) -> None:
 
 
 def main(artifact_dir: str, workdir: str) -> None:
-    models = [ServedModel("mlp", [ServedVersion("1", artifact_dir, num_cpus=0.1)])]
+    direct = free_port()  # the model's own endpoint: its replicas listen there again after the restart
+    models = [ServedModel("mlp", [ServedVersion("1", artifact_dir, num_cpus=0.1)], direct_port=direct)]
     ctl = ServingController(grpc_port=free_port(), http_port=free_port(), deploy_timeout_s=240)
     seen = {}
     head = RayHead(num_cpus=2, log_file=Path(workdir) / "ray1.log").start()
@@ -50,10 +51,12 @@ def main(artifact_dir: str, workdir: str) -> None:
     asyncio.run(ctl.start())
     asyncio.run(ctl.apply(models))
     seen["before"] = infer(ctl.grpc_port)
+    seen["direct_before"] = infer(direct)
     # A second controller in the same cluster (an exporter restart) attaches and changes nothing.
     again = ServingController(grpc_port=ctl.grpc_port, http_port=ctl.http_port)
     asyncio.run(again.start())
     seen["after_attach"] = infer(ctl.grpc_port)
+    seen["direct_after_attach"] = infer(direct)
     head.stop()
     ray.shutdown()
     head = RayHead(num_cpus=2, log_file=Path(workdir) / "ray2.log").start()
@@ -62,6 +65,7 @@ def main(artifact_dir: str, workdir: str) -> None:
         asyncio.run(ctl.start())
         asyncio.run(ctl.apply(models))
         seen["after_restart"] = infer(ctl.grpc_port)
+        seen["direct_after_restart"] = infer(direct)
         seen["status"] = asyncio.run(ctl.status())["mlp"].versions["1"].state
         asyncio.run(ctl.stop(shutdown_serve=True))
     finally:

@@ -1,4 +1,5 @@
-"""After a Ray head restart, start() + apply() (the exporter's reconcile) serve again."""
+"""After a Ray head restart, start() + apply() (the exporter's reconcile) serve again, through
+Serve's proxy and through the model's own endpoint."""
 
 from __future__ import annotations
 
@@ -26,4 +27,5 @@ def test_serving_again_after_a_ray_head_restart(tmp_path):
     assert run.returncode == 0, run.stderr[-4000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["before"] == seen["after_attach"] == seen["after_restart"]
+    assert seen["direct_before"] == seen["direct_after_attach"] == seen["direct_after_restart"] == seen["before"]
     assert seen["status"] == "READY"
