@@ -90,8 +90,9 @@ def _wait_deployment(stub, name: str, state: int, exporter: ExporterProcess) -> 
                              f"{exporter.log.read_text()[-4000:]}") from None
 
 
-def _infer(port: int) -> list[float]:
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+def _infer(port: int | str) -> list[float]:
+    """At Serve's proxy port, or at an address (a deployment's own endpoint)."""
+    with grpc.insecure_channel(port if isinstance(port, str) else f"127.0.0.1:{port}") as channel:
         stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
         response = stub.ModelInfer(codec.encode_request("mlp", {"x": np.ones((1, 64), np.float32)}), timeout=60)
     return codec.decode_response(response)["fetch_name_0"].ravel().tolist()
@@ -125,8 +126,9 @@ def test_a_head_restart_fails_the_export_in_flight_and_the_exporter_reconnects_a
                 traffic=[deployment_pb2.TrafficTarget(model_version=f"models/mlp/versions/{number}", percent=100)])
             name = stub.CreateDeployment(es.CreateDeploymentRequest(deployment_id="mlp", deployment=deployment),
                                          timeout=30).deployment.name
-            _wait_deployment(stub, name, D.DEPLOYMENT_STATE_HEALTHY, exporter)
+            direct = _wait_deployment(stub, name, D.DEPLOYMENT_STATE_HEALTHY, exporter).direct_endpoint
             before = _infer(inference_port)
+            assert direct and _infer(direct) == before
             # An export running on the cluster when it goes (the builder sleeps for a minute).
             checkpoint = linear_checkpoint(storage)
             env = common_pb2.RuntimeEnv(env_vars={"PYTHONPATH": str(WORKERS)})
@@ -150,8 +152,10 @@ def test_a_head_restart_fails_the_export_in_flight_and_the_exporter_reconnects_a
             own_head.start()
             _wait_status(exporter, SERVING, HEAD_START_S)
             # Serve's apps died with the old head: the reconciler deployed them again by itself.
-            _wait_deployment(stub, name, D.DEPLOYMENT_STATE_HEALTHY, exporter)
+            again = _wait_deployment(stub, name, D.DEPLOYMENT_STATE_HEALTHY, exporter)
             assert _infer(inference_port) == before
+            # Its own endpoint is back on the same address (the port is the deployment's, in Redis).
+            assert again.direct_endpoint == direct and _infer(direct) == before
             assert client.get(slow.name).state == S.MODEL_VERSION_STATE_FAILED
         assert _status(exporter) == SERVING
     finally:
