@@ -80,7 +80,6 @@ class ModelServer:
         self._batch_size.observe(sum(sizes))
         return split(self._predictor.predict(merged), sizes)
 
-
     async def reconfigure(self, config: dict[str, Any]) -> None:
         """The model's routing table: {"generation", "timeout_s", "versions": version -> route entry}."""
         # Captured here: Serve runs reconfigure on the loop its handles belong to.
@@ -112,7 +111,7 @@ class ModelServer:
             # Its batch queues belong to the stopped endpoint's loop.
             self._runners = {}
         if self._direct is not None and self._endpoint is None and routed_here:
-            endpoint = ReplicaEndpoint(V2Servicer(self._plane), *self._direct)
+            endpoint = ReplicaEndpoint(V2Servicer(self._plane), *self._direct, serving_name=self._model)
             try:
                 await asyncio.to_thread(endpoint.start)
             except Exception as exc:  # noqa: BLE001 - reported by check_health, which restarts the replica

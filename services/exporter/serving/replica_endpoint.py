@@ -43,8 +43,12 @@ class _Gate(grpc.aio.ServerInterceptor):
 
 class ReplicaEndpoint:
     def __init__(self, servicer: grpc_service_pb2_grpc.GRPCInferenceServiceServicer, host: str, port: int,
-                 drain_s: float = 5.0) -> None:
+                 drain_s: float = 5.0, serving_name: str = "") -> None:
+        """serving_name: the model it serves; a port where a v2 server that does not serve it
+        listens already is refused (SO_REUSEPORT would let the two share its connections)."""
         self.address = f"{host}:{port}"
+        self._probe_address = f"127.0.0.1:{port}" if host in ("0.0.0.0", "::", "") else self.address
+        self._serving_name = serving_name
         self._servicer = servicer
         self._drain_s = drain_s
         self._loop = asyncio.new_event_loop()
@@ -53,11 +57,28 @@ class ReplicaEndpoint:
         self._thread: threading.Thread | None = None
 
     def start(self, timeout_s: float = 10.0) -> None:
-        """Binds and serves; raises RuntimeError when the port cannot be bound."""
+        """Binds and serves; raises RuntimeError when the port cannot be bound, or when another
+        v2 server that does not serve this model listens there (another installation's)."""
+        if self._serving_name:
+            self._refuse_a_foreign_server()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"v2-endpoint-{self.address}", daemon=True)
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout_s)
         logger.info("v2 endpoint serving on %s", self.address)
+
+    def _refuse_a_foreign_server(self) -> None:
+        from paddleray.inference.v2 import grpc_service_pb2 as pb
+
+        with grpc.insecure_channel(self._probe_address) as channel:
+            stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            try:
+                if stub.ModelReady(pb.ModelReadyRequest(name=self._serving_name), timeout=2.0).ready:
+                    return  # this model's other replicas
+            except grpc.RpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    return  # nothing listens (or a replica stopping): the port is ours to take
+        raise RuntimeError(f"the v2 endpoint cannot bind {self.address}: a v2 server that does not serve "
+                           f"{self._serving_name!r} listens there (another installation's?)")
 
     async def _start(self) -> None:
         self._gate = _Gate()  # on this loop: its Event belongs to it

@@ -23,7 +23,7 @@ from paddleray.services.localstack.ports import free_port
 pytestmark = pytest.mark.unit
 
 
-def _endpoint(artifact_dir, port: int, name: str) -> ReplicaEndpoint:
+def _endpoint(artifact_dir, port: int, name: str, serving_name: str = "") -> ReplicaEndpoint:
     """An endpoint whose 'predictor' answers which server it is in its output (and takes 1 ms)."""
     artifact = load_artifact(artifact_dir)
 
@@ -33,7 +33,7 @@ def _endpoint(artifact_dir, port: int, name: str) -> ReplicaEndpoint:
 
     plane = DataPlane()
     plane.swap({"mlp": RoutedModel("mlp", {"1": RoutedVersion("1", 1.0, artifact.signature, "onnxruntime_onnx", run)})})
-    return ReplicaEndpoint(V2Servicer(plane), "127.0.0.1", port)
+    return ReplicaEndpoint(V2Servicer(plane), "127.0.0.1", port, serving_name=serving_name)
 
 
 async def _load(port: int, stop: asyncio.Event, seen: Counter, concurrency: int = 32) -> None:
@@ -84,3 +84,20 @@ async def test_a_port_held_by_another_program_is_a_clear_error():
         with pytest.raises(RuntimeError, match=f"cannot bind 127.0.0.1:{port}"):
             await asyncio.to_thread(endpoint.start)
         await endpoint.stop()
+
+
+async def test_a_port_another_models_server_listens_on_is_refused_a_sibling_shares_it(mlp_artifact):
+    """SO_REUSEPORT would let another installation's server (same Unix user) share the port."""
+    port = free_port()
+    first = _endpoint(mlp_artifact[0], port, "1", serving_name="mlp")
+    await asyncio.to_thread(first.start)
+    try:
+        sibling = _endpoint(mlp_artifact[0], port, "2", serving_name="mlp")
+        await asyncio.to_thread(sibling.start)  # the same model: shares the port
+        await sibling.stop()
+        foreign = _endpoint(mlp_artifact[0], port, "3", serving_name="other")
+        with pytest.raises(RuntimeError, match="does not serve 'other'"):
+            await asyncio.to_thread(foreign.start)
+        await foreign.stop()
+    finally:
+        await first.stop()
