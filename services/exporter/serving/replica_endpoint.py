@@ -25,8 +25,11 @@ from paddleray.inference.v2 import grpc_service_pb2_grpc
 logger = logging.getLogger(__name__)
 # As Ray Serve's public proxy (and node_env.py's hops): a tensor the proxy takes is taken here too.
 MAX_MESSAGE_BYTES = 2**31 - 1
-# How long a drain holds new calls before the server stops (see stop()).
-DRAIN_HOLD_S = 0.1
+# How long a drain holds new calls before the server stops (see stop()): at least the first,
+# then until no call arrived for two quiet windows in a row, at most the last.
+DRAIN_HOLD_S = 0.2
+DRAIN_QUIET_S = 0.05
+DRAIN_HOLD_MAX_S = 2.0
 
 
 class _Gate(grpc.aio.ServerInterceptor):
@@ -35,8 +38,10 @@ class _Gate(grpc.aio.ServerInterceptor):
     def __init__(self) -> None:
         self.open = asyncio.Event()
         self.open.set()
+        self.arrivals = 0
 
     async def intercept_service(self, continuation, handler_call_details):
+        self.arrivals += 1
         await self.open.wait()
         return await continuation(handler_call_details)
 
@@ -105,14 +110,15 @@ class ReplicaEndpoint:
         sent before the GOAWAY reached the client is refused unprocessed, and the client retries
         it on the new connection by itself. One catch, measured (32 clients, two servers on one
         port): grpc's shutdown cancels the calls it has received but the server's loop has not
-        taken yet (CANCELLED, 16-29 a drain). So new calls are held for DRAIN_HOLD_S first:
-        with the loop idle, it takes every call that arrives, and none is left for the shutdown
-        to cancel (0 of ~20,000); then the shutdown starts and the held calls go on.
+        taken yet (CANCELLED, 16-29 a drain). So new calls are held first, until none has
+        arrived for a while (_drain): with the loop idle, it takes every call that arrives, and
+        none is left for the shutdown to cancel (0 of ~20,000); then the shutdown starts and
+        the held calls go on.
         """
         if self._server is not None and self._gate is not None:
             try:
                 await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
-                    self._drain(self._server, self._gate), self._loop)), DRAIN_HOLD_S + self._drain_s + 5)
+                    self._drain(self._server, self._gate), self._loop)), DRAIN_HOLD_MAX_S + self._drain_s + 5)
             except Exception:  # noqa: BLE001 - the replica is going either way
                 logger.exception("v2 endpoint %s did not stop cleanly", self.address)
             self._server = None
@@ -121,6 +127,13 @@ class ReplicaEndpoint:
     async def _drain(self, server: grpc.aio.Server, gate: _Gate) -> None:
         gate.open.clear()
         await asyncio.sleep(DRAIN_HOLD_S)
+        # A loaded node (the replica runs at Ray's niceness 15) may take longer to take what
+        # arrived: go on once calls stop arriving (clients wait on the held ones), or at the cap.
+        deadline, quiet = asyncio.get_running_loop().time() + DRAIN_HOLD_MAX_S - DRAIN_HOLD_S, 0
+        while quiet < 2 and asyncio.get_running_loop().time() < deadline:
+            seen = gate.arrivals
+            await asyncio.sleep(DRAIN_QUIET_S)
+            quiet = quiet + 1 if gate.arrivals == seen else 0
         stopping = asyncio.ensure_future(server.stop(self._drain_s))
         await asyncio.sleep(0.01)  # the shutdown has begun (GOAWAY sent, nothing more taken) ...
         gate.open.set()  # ... so the held calls can go on
