@@ -50,12 +50,15 @@ class DirectPorts:
     def enabled(self) -> bool:
         return len(self.ports) > 0
 
+    async def _claims(self) -> dict[int, str]:
+        """Port -> the deployment id that claimed it."""
+        return {int(p): o.decode() for p, o in (await self._client.hgetall(keys.direct_ports())).items()}
+
     async def assigned(self) -> dict[str, int]:
         """Deployment id -> its port (the lowest, should a race have given it two)."""
         found: dict[str, int] = {}
-        for port, owner in (await self._client.hgetall(keys.direct_ports())).items():
-            owner_id, number = owner.decode(), int(port)
-            found[owner_id] = min(number, found.get(owner_id, number))
+        for port, owner in sorted((await self._claims()).items(), reverse=True):
+            found[owner] = port
         return found
 
     async def assign(self, deployment_ids: Collection[str]) -> dict[str, int]:
@@ -66,7 +69,7 @@ class DirectPorts:
         """
         if not self.enabled:
             return {}
-        claims = {int(p): o.decode() for p, o in (await self._client.hgetall(keys.direct_ports())).items()}
+        claims = await self._claims()
         wanted = set(deployment_ids)
         kept: dict[str, int] = {}
         for port in sorted(claims):

@@ -78,7 +78,6 @@ class ExporterSettings(ServiceSettings):
         return value
 
     def direct_endpoint(self, port: int) -> str:
-        host = self.direct_endpoint_host or (
-            "127.0.0.1" if self.serving_direct_host in ("0.0.0.0", "::", "") else self.serving_direct_host
-        )
-        return f"{host}:{port}"
+        from paddleray.services.exporter.serving.replica_endpoint import reachable_host
+
+        return f"{self.direct_endpoint_host or reachable_host(self.serving_direct_host)}:{port}"

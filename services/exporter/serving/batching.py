@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -37,3 +37,32 @@ def split(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> list[dict[
     """Each request's share of the batched outputs, in order."""
     bounds = np.cumsum([0, *sizes])
     return [{name: out[bounds[i] : bounds[i + 1]] for name, out in outputs.items()} for i in range(len(sizes))]
+
+
+def dynamic_batching(
+    one: Callable[[dict[str, np.ndarray]], Awaitable],
+    many: Callable[[list[dict[str, np.ndarray]]], Awaitable[list]],
+    max_batch_size: int,
+    batch_wait_timeout_s: float,
+) -> Callable[[dict[str, np.ndarray]], Awaitable]:
+    """A runner that sends concurrent requests to `many` together (Serve's @serve.batch, up to
+    max_batch_size rows, waiting at most batch_wait_timeout_s), and to `one` a request that
+    cannot share a batch (no common batch dimension, or already max_batch_size rows).
+    The batch queue belongs to the event loop of the first call."""
+    if max_batch_size <= 1:
+        return one
+    from ray import serve
+
+    @serve.batch(
+        max_batch_size=max_batch_size,
+        batch_wait_timeout_s=batch_wait_timeout_s,
+        batch_size_fn=lambda items: sum(rows(i) or 1 for i in items),
+    )
+    async def batched(requests):
+        return await many(requests)
+
+    async def run(inputs):
+        n = rows(inputs)
+        return await (one(inputs) if n is None or n >= max_batch_size else batched(inputs))
+
+    return run

@@ -18,7 +18,7 @@ from paddleray.inference.v2 import grpc_service_pb2 as pb
 from paddleray.services.common.errors import Unavailable
 from paddleray.services.exporter.serving import metrics
 from paddleray.services.exporter.serving.artifact import Signature
-from paddleray.services.exporter.serving.batching import rows
+from paddleray.services.exporter.serving.batching import dynamic_batching
 from paddleray.services.exporter.serving.dataplane import DataPlane, RoutedModel, RoutedVersion, describe
 from paddleray.services.exporter.serving.serve_config import INGRESS_DEPLOYMENT, MODEL_DEPLOYMENT
 from paddleray.services.exporter.serving.v2_servicer import V2Servicer
@@ -40,23 +40,17 @@ def handle_runner(app_name: str, max_batch_size: int = 1, batch_wait_timeout_s: 
     async def one(inputs):
         return await handle.infer.remote(inputs)
 
-    @serve.batch(
-        max_batch_size=max(max_batch_size, 1),
-        batch_wait_timeout_s=batch_wait_timeout_s,
-        batch_size_fn=lambda items: sum(rows(i) or 1 for i in items),
-    )
     async def many(requests):
         return await handle.infer_many.remote(requests)
+
+    batched = dynamic_batching(one, many, max_batch_size, batch_wait_timeout_s)
 
     async def run(inputs):
         from ray.exceptions import ActorDiedError, ActorUnavailableError
         from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
-        n = rows(inputs)
         try:
-            if max_batch_size <= 1 or n is None or n >= max_batch_size:
-                return await one(inputs)
-            return await many(inputs)
+            return await batched(inputs)
         except (ActorDiedError, ActorUnavailableError, BackPressureError, DeploymentUnavailableError) as exc:
             raise Unavailable(f"the model replica is unavailable: {describe(exc)}") from None
 

@@ -24,7 +24,7 @@ from ray import serve
 
 from paddleray.services.exporter.serving import metrics
 from paddleray.services.exporter.serving.artifact import load_artifact
-from paddleray.services.exporter.serving.batching import merge, rows, split
+from paddleray.services.exporter.serving.batching import dynamic_batching, merge, rows, split
 from paddleray.services.exporter.serving.codec import NUMPY_DTYPES
 from paddleray.services.exporter.serving.dataplane import DataPlane
 from paddleray.services.exporter.serving.gpu import replica_gpu_env
@@ -134,22 +134,10 @@ class ModelServer:
         async def one(inputs):
             return self.infer(inputs)
 
-        if max_batch_size <= 1:
-            return one
-
-        @serve.batch(
-            max_batch_size=max_batch_size,
-            batch_wait_timeout_s=batch_wait_timeout_s,
-            batch_size_fn=lambda items: sum(rows(i) or 1 for i in items),
-        )
         async def many(requests):
             return self.infer_many(requests)
 
-        async def run(inputs):
-            n = rows(inputs)
-            return await (one(inputs) if n is None or n >= max_batch_size else many(inputs))
-
-        return run
+        return dynamic_batching(one, many, max_batch_size, batch_wait_timeout_s)
 
     def generation(self) -> int:
         return self._generation

@@ -32,6 +32,11 @@ DRAIN_QUIET_S = 0.05
 DRAIN_HOLD_MAX_S = 2.0
 
 
+def reachable_host(host: str) -> str:
+    """The address to reach a server bound to `host` on this node (loopback for a wildcard)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
 class _Gate(grpc.aio.ServerInterceptor):
     """Holds calls while closed: a held call is already the application's, so stop() waits for it."""
 
@@ -52,7 +57,7 @@ class ReplicaEndpoint:
         """serving_name: the model it serves; a port where a v2 server that does not serve it
         listens already is refused (SO_REUSEPORT would let the two share its connections)."""
         self.address = f"{host}:{port}"
-        self._probe_address = f"127.0.0.1:{port}" if host in ("0.0.0.0", "::", "") else self.address
+        self._probe_address = f"{reachable_host(host)}:{port}"
         self._serving_name = serving_name
         self._servicer = servicer
         self._drain_s = drain_s
