@@ -12,6 +12,14 @@ of Ray 2.60 shape it (measured on a local head that was stopped and started):
   fatal C++ check: nothing in Python can catch it). So Ray is only ever waited on in daemon
   threads, never on the event loop, and a lost cluster is let go (`ray.shutdown()`, which
   returns in about 5 s then) well within that minute, before the head is back.
+- Which calls wait on the GCS (measured with the GCS killed): `placement_group()` (still waiting
+  8 s later), and the first `.remote()` of each `ray.remote(...)` object on each
+  connection, which exports the function or actor class to the GCS with no timeout. Submitting
+  a task of an exported function, creating an actor of an exported class, `ray.cancel` and
+  `ray.kill` are local (1-2 ms). So the services make each remote function and actor class once
+  and submit through `in_daemon_thread`: a CI run lost the exporter when its head stopped while an
+  export was being submitted on the event loop (nothing answered, not even health, until Ray's
+  minute was up).
 - A driver survives its head going away: after `ray.shutdown()` the same process can
   `ray.init` the restarted head. Everything of the old cluster is gone (without GCS fault
   tolerance a head restart ends every actor, Serve's included), so the caller's `on_lost`
@@ -47,6 +55,14 @@ log = logging.getLogger(__name__)
 # drivers (replicas, a trainer and an exporter, or a test stack beside another) may drive one
 # cluster, and a shared key would make each see the others' write as a restart.
 _MARKER_NAMESPACE = b"paddleray"
+# Calls in flight through in_daemon_thread. A lost cluster's driver is shut down (and a new one
+# made) only once they returned or QUIESCE_S passed: a call returning into a driver that was shut
+# down and made again meanwhile is the suspect for a SIGSEGV of the exporter seen once, in
+# ray.init while it reconnected (in other runs a GCS call with a 10 s timeout, the reconciler's
+# ownership check, was seen still in flight across the shutdown).
+_IN_FLIGHT: set[threading.Thread] = set()
+_IN_FLIGHT_LOCK = threading.Lock()
+QUIESCE_S = 10.0
 
 
 def forbid_addressless_init(address: str) -> None:
@@ -62,9 +78,14 @@ def forbid_addressless_init(address: str) -> None:
     ray_private.disable_auto_connect()
 
 
-async def in_daemon_thread(fn: Callable[[], Any]) -> Any:
+async def in_daemon_thread(fn: Callable[[], Any], on_abandoned: Callable[[Any], None] | None = None) -> Any:
     """Runs a call that may block on Ray's GCS for long; the process can exit meanwhile
-    (asyncio.to_thread's executor threads would hold up interpreter exit)."""
+    (asyncio.to_thread's executor threads would hold up interpreter exit).
+
+    If the awaiting coroutine is cancelled before the call returns (the cluster was lost while
+    it waited), `on_abandoned(result)` runs in a daemon thread of its own once it does: what the
+    call made (a placement group, actors, a task) is freed instead of leaking.
+    """
     loop = asyncio.get_running_loop()
     future: asyncio.Future = loop.create_future()
 
@@ -72,21 +93,54 @@ async def in_daemon_thread(fn: Callable[[], Any]) -> Any:
         try:
             result = fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            loop.call_soon_threadsafe(_settle, future, None, exc)
+            _hand_over(loop, future, None, exc, None)
         else:
-            loop.call_soon_threadsafe(_settle, future, result, None)
+            _hand_over(loop, future, result, None, on_abandoned)
+        finally:
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT.discard(threading.current_thread())
 
-    threading.Thread(target=run, daemon=True, name="paddleray-ray-call").start()
+    thread = threading.Thread(target=run, daemon=True, name="paddleray-ray-call")
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT.add(thread)
+    thread.start()
     return await future
 
 
-def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
+def wait_for_calls_in_flight(timeout_s: float) -> int:
+    """Waits up to timeout_s for the calls in flight to return; how many still run then (a
+    function export waits on a dead GCS with no timeout)."""
+    deadline = time.monotonic() + timeout_s
+    with _IN_FLIGHT_LOCK:
+        threads = [t for t in _IN_FLIGHT if t is not threading.current_thread()]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sum(t.is_alive() for t in threads)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result: Any, exc: BaseException | None,
+               on_abandoned: Callable[[Any], None] | None) -> None:
+    def settle() -> None:
+        if not future.done():
+            future.set_exception(exc) if exc is not None else future.set_result(result)
+        elif on_abandoned is not None:
+            _in_thread(on_abandoned, result)
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop closed meanwhile: nobody awaits the result
+        if on_abandoned is not None:
+            _in_thread(on_abandoned, result)
+
+
+def _in_thread(fn: Callable[[Any], None], arg: Any) -> None:
+    def run() -> None:
+        try:
+            fn(arg)
+        except Exception as exc:  # noqa: BLE001 - best effort: the cluster may be gone too
+            log.warning("could not free what an abandoned Ray call made: %r", exc)
+
+    threading.Thread(target=run, daemon=True, name="paddleray-ray-cleanup").start()
 
 
 class RayConnection:
@@ -203,6 +257,8 @@ class RayConnection:
                     await on_lost(reason)
                 except Exception:  # noqa: BLE001 - the driver must be let go of within Ray's minute
                     log.exception("on_lost failed")
+                if still := await asyncio.to_thread(wait_for_calls_in_flight, QUIESCE_S):
+                    log.warning("%d Ray call(s) still wait on the lost cluster; shutting its driver down anyway", still)
                 await in_daemon_thread(_shutdown_quietly)
                 self.reconnects += 1
                 await self.connect()

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import ray
 
+from paddleray.services.common.ray_connection import in_daemon_thread
 from paddleray.services.exporter.export_task import run_export
+
+
+@functools.cache
+def _export_task() -> Any:
+    # One remote function for the process: each ray.remote object exports itself to the GCS on
+    # its first .remote() per connection (a blocking call with no timeout); a reused one does
+    # not again, so a submit is local (see services/common/ray_connection.py).
+    return ray.remote(run_export)
 
 
 class RayExportRunner:
@@ -19,7 +30,7 @@ class RayExportRunner:
         self.connected = connected
 
     async def run(self, request: dict[str, Any], runtime_env: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        task = ray.remote(run_export).options(
+        task = _export_task().options(
             num_returns="streaming",
             num_cpus=self.num_cpus,
             runtime_env=runtime_env or None,
@@ -28,7 +39,9 @@ class RayExportRunner:
             max_retries=0,
             name=f"export {request['version']}",
         )
-        generator: Any = task.remote(request)  # an ObjectRefGenerator (num_returns="streaming")
+        # An ObjectRefGenerator (num_returns="streaming"). Off the event loop: the first submit
+        # on a connection waits on the GCS, and a head that stops then would freeze the loop.
+        generator: Any = await in_daemon_thread(lambda: task.remote(request), on_abandoned=_cancel_quietly)
         finished = False
         try:
             async for ref in generator:
@@ -36,4 +49,9 @@ class RayExportRunner:
             finished = True
         finally:
             if not finished and self.connected():  # timed out, or the exporter is shutting down: free the worker
-                ray.cancel(generator, force=True)
+                _cancel_quietly(generator)
+
+
+def _cancel_quietly(generator: Any) -> None:
+    with contextlib.suppress(Exception):  # ended already, or its cluster went
+        ray.cancel(generator, force=True)

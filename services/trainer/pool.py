@@ -67,7 +67,7 @@ class WorkerPool:
                 return warm, True
             warm.kill()
         metrics.POOL_REQUESTS.labels(result="miss").inc()
-        group = WorkerGroup.reserve(spec)
+        group = await WorkerGroup.reserve(spec)
         try:
             await self._wait_placed(group)
             if on_placed is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import threading
@@ -21,6 +22,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from paddleray.services.common import ray_private
+from paddleray.services.common.ray_connection import in_daemon_thread
 from paddleray.services.trainer import metrics
 from paddleray.services.trainer.backend import PaddleBackend, PaddleBackendConfig
 from paddleray.services.trainer.records import WorkerInfo
@@ -33,6 +35,14 @@ log = logging.getLogger(__name__)
 # request_stop and the setup calls concurrently.
 _ACTOR_CONCURRENCY = 4
 _group_ids = itertools.count(1)
+
+
+@functools.cache
+def _worker_actor_class() -> Any:
+    # One actor class for the process: each ray.remote object exports itself to the GCS on its
+    # first .remote() per connection (a blocking call with no timeout); a reused class does not
+    # again, so creating actors is local (see services/common/ray_connection.py).
+    return ray.remote(WorkerActor)
 
 
 def bundle(resources: WorkerResources) -> dict[str, float]:
@@ -88,9 +98,15 @@ class WorkerGroup:
     alive: bool = True
 
     @classmethod
-    def reserve(cls, spec: GroupSpec) -> WorkerGroup:
-        """Asks Ray for the placement group; wait on `ready()` before starting actors."""
-        placement = placement_group([bundle(spec.resources)] * spec.num_workers, strategy=spec.strategy)
+    async def reserve(cls, spec: GroupSpec) -> WorkerGroup:
+        """Asks Ray for the placement group; wait on `ready()` before starting actors.
+
+        placement_group() waits on the GCS (for as long as it is down), so it runs off the event
+        loop; a reservation made after its caller gave up is freed."""
+        placement = await in_daemon_thread(
+            lambda: placement_group([bundle(spec.resources)] * spec.num_workers, strategy=spec.strategy),
+            on_abandoned=_remove_quietly,
+        )
         return cls(spec, placement)
 
     def ready(self) -> ray.ObjectRef:
@@ -102,13 +118,18 @@ class WorkerGroup:
         runtime_env = self.spec.env.to_ray()
         if self.spec.env.working_dir:
             runtime_env = await asyncio.to_thread(ray_private.upload_working_dir, runtime_env)
-        actor_class = ray.remote(WorkerActor)
-        self.actors = [
-            actor_class.options(**actor_options(self.spec, self.placement, rank, runtime_env)).remote(
-                self.spec.resources.num_gpus
-            )
-            for rank in range(self.spec.num_workers)
-        ]
+        actor_class = _worker_actor_class()
+
+        def create() -> list[Any]:
+            return [
+                actor_class.options(**actor_options(self.spec, self.placement, rank, runtime_env)).remote(
+                    self.spec.resources.num_gpus
+                )
+                for rank in range(self.spec.num_workers)
+            ]
+
+        # Off the event loop: the first creation on a connection exports the class to the GCS.
+        self.actors = await in_daemon_thread(create, on_abandoned=_kill_quietly)
         metrics.ACTOR_STARTS.inc(len(self.actors))
         infos: list[WorkerInfo] = await asyncio.gather(*(actor.info.remote() for actor in self.actors))
         self.workers = [
@@ -128,6 +149,12 @@ class WorkerGroup:
             # is how a head restart first shows), so it never runs on the event loop.
             threading.Thread(target=_remove_quietly, args=(self.placement,), daemon=True).start()
         log.info("worker group %d killed (%d actors)", self.id, len(self.actors))
+
+
+def _kill_quietly(actors: list[Any]) -> None:
+    for actor in actors:
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
 
 
 def _remove_quietly(placement: PlacementGroup) -> None:

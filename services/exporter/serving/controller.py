@@ -16,8 +16,10 @@ everything again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,8 @@ from paddleray.services.exporter.serving.spec import ServedModel, validate_model
 
 logger = logging.getLogger(__name__)
 _POLL_S = 0.25
+# One generation() call: a replica that does not answer in this is asked again until the deadline.
+_ANSWER_TIMEOUT_S = 10.0
 _APP_STATES = {"RUNNING": "READY", "DEPLOYING": "DEPLOYING", "DEPLOY_FAILED": "FAILED", "UNHEALTHY": "UNHEALTHY",
                "DELETING": "DELETING", "NOT_STARTED": "DEPLOYING"}
 
@@ -245,7 +249,7 @@ class ServingController:
         """Until every ingress replica answers with this routing table's generation."""
         from ray import serve
 
-        await self._wait_answers(serve.get_app_handle(sc.INGRESS_APP), self._ingress_replicas, generation,
+        await self._wait_answers(lambda: serve.get_app_handle(sc.INGRESS_APP), self._ingress_replicas, generation,
                                  "the inference ingress")
 
     async def _wait_model_tables(self, apps: dict[str, dict[str, Any]], generation: int) -> None:
@@ -254,19 +258,25 @@ class ServingController:
         for name, app in apps.items():
             if not (app.get("args") or {}).get("direct_port"):
                 continue
-            handle = serve.get_deployment_handle(sc.MODEL_DEPLOYMENT, name, _check_exists=False, _record_telemetry=False)
-            await self._wait_answers(handle, _max_replicas(app), generation, f"model app {name}")
+            await self._wait_answers(
+                functools.partial(serve.get_deployment_handle, sc.MODEL_DEPLOYMENT, name, _check_exists=False,
+                                  _record_telemetry=False),
+                _max_replicas(app), generation, f"model app {name}")
 
-    async def _wait_answers(self, handle, replicas: int, generation: int, what: str) -> None:
-        """Until `handle`'s replicas answer generation() with this one: 3 agreeing calls a replica
-        in a row (calls go to replicas at random)."""
+    async def _wait_answers(self, make_handle: Callable[[], Any], replicas: int, generation: int, what: str) -> None:
+        """Until the handle's replicas answer generation() with this one: 3 agreeing calls a
+        replica in a row (calls go to replicas at random).
+
+        Off the event loop, as every Serve call here: getting a handle asks Serve's controller
+        (a ray.get) and the GCS, which may go down meanwhile (services/common/ray_connection.py)."""
+        handle = await asyncio.to_thread(make_handle)
         deadline = time.monotonic() + self._deploy_timeout_s
         agreeing = 0
         while agreeing < 3 * replicas:
             if time.monotonic() > deadline:
                 raise Unavailable(f"{what} did not take routing table {generation} in time")
             try:
-                seen = await handle.generation.remote()
+                seen = await asyncio.to_thread(lambda: handle.generation.remote().result(timeout_s=_ANSWER_TIMEOUT_S))
             except Exception as exc:  # noqa: BLE001 - a replica restarting; ask again until the deadline
                 logger.info("%s not answering yet: %r", what, exc)
                 seen = None

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 _KEY = b"paddleray/serve-owner"
 _NAMESPACE = b"paddleray"
-_TIMEOUT_S = 10
+_TIMEOUT_S = 5  # a key-value call on a live GCS takes milliseconds; a dead one holds the reconnect (ray_connection.QUIESCE_S)
 
 
 class ServeOwnership:
