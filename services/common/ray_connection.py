@@ -96,15 +96,24 @@ async def in_daemon_thread(fn: Callable[[], Any], on_abandoned: Callable[[Any], 
             _hand_over(loop, future, None, exc, None)
         else:
             _hand_over(loop, future, result, None, on_abandoned)
+
+    _start_tracked(run, "paddleray-ray-call")
+    return await future
+
+
+def _start_tracked(target: Callable[[], None], name: str) -> None:
+    """Starts a daemon thread that is in flight (see wait_for_calls_in_flight) until it ends."""
+    def run() -> None:
+        try:
+            target()
         finally:
             with _IN_FLIGHT_LOCK:
                 _IN_FLIGHT.discard(threading.current_thread())
 
-    thread = threading.Thread(target=run, daemon=True, name="paddleray-ray-call")
+    thread = threading.Thread(target=run, daemon=True, name=name)
     with _IN_FLIGHT_LOCK:
         _IN_FLIGHT.add(thread)
     thread.start()
-    return await future
 
 
 def wait_for_calls_in_flight(timeout_s: float) -> int:
@@ -112,7 +121,7 @@ def wait_for_calls_in_flight(timeout_s: float) -> int:
     function export waits on a dead GCS with no timeout)."""
     deadline = time.monotonic() + timeout_s
     with _IN_FLIGHT_LOCK:
-        threads = [t for t in _IN_FLIGHT if t is not threading.current_thread()]
+        threads = list(_IN_FLIGHT)
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
     return sum(t.is_alive() for t in threads)
@@ -124,23 +133,23 @@ def _hand_over(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result: 
         if not future.done():
             future.set_exception(exc) if exc is not None else future.set_result(result)
         elif on_abandoned is not None:
-            _in_thread(on_abandoned, result)
+            _free_abandoned(on_abandoned, result)
 
     try:
         loop.call_soon_threadsafe(settle)
     except RuntimeError:  # the loop closed meanwhile: nobody awaits the result
         if on_abandoned is not None:
-            _in_thread(on_abandoned, result)
+            _free_abandoned(on_abandoned, result)
 
 
-def _in_thread(fn: Callable[[Any], None], arg: Any) -> None:
+def _free_abandoned(fn: Callable[[Any], None], arg: Any) -> None:
     def run() -> None:
         try:
             fn(arg)
         except Exception as exc:  # noqa: BLE001 - best effort: the cluster may be gone too
             log.warning("could not free what an abandoned Ray call made: %r", exc)
 
-    threading.Thread(target=run, daemon=True, name="paddleray-ray-cleanup").start()
+    _start_tracked(run, "paddleray-ray-cleanup")  # it calls Ray too: in flight like the call
 
 
 class RayConnection:
