@@ -133,16 +133,18 @@ def _hand_over(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result: 
         if not future.done():
             future.set_exception(exc) if exc is not None else future.set_result(result)
         elif on_abandoned is not None:
-            _free_abandoned(on_abandoned, result)
+            free_in_daemon_thread(on_abandoned, result)
 
     try:
         loop.call_soon_threadsafe(settle)
     except RuntimeError:  # the loop closed meanwhile: nobody awaits the result
         if on_abandoned is not None:
-            _free_abandoned(on_abandoned, result)
+            free_in_daemon_thread(on_abandoned, result)
 
 
-def _free_abandoned(fn: Callable[[Any], None], arg: Any) -> None:
+def free_in_daemon_thread(fn: Callable[[Any], None], arg: Any) -> None:
+    """Runs `fn(arg)`, freeing what a Ray call made (cancel a task, remove a placement group), in a
+    daemon thread that is in flight like a call; failures are logged (the cluster may be gone)."""
     def run() -> None:
         try:
             fn(arg)

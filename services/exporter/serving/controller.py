@@ -16,10 +16,8 @@ everything again.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,12 +25,11 @@ from paddleray.services.common.errors import FailedPrecondition, Unavailable
 from paddleray.services.exporter.serving import serve_config as sc
 from paddleray.services.exporter.serving.artifact import load_artifact
 from paddleray.services.exporter.serving.ingress import SERVICER
+from paddleray.services.exporter.serving.routing_wait import wait_for_generation
 from paddleray.services.exporter.serving.spec import ServedModel, validate_models
 
 logger = logging.getLogger(__name__)
 _POLL_S = 0.25
-# One generation() call: a replica that does not answer in this is asked again until the deadline.
-_ANSWER_TIMEOUT_S = 10.0
 _APP_STATES = {"RUNNING": "READY", "DEPLOYING": "DEPLOYING", "DEPLOY_FAILED": "FAILED", "UNHEALTHY": "UNHEALTHY",
                "DELETING": "DELETING", "NOT_STARTED": "DEPLOYING"}
 
@@ -247,42 +244,14 @@ class ServingController:
 
     async def _wait_generation(self, generation: int) -> None:
         """Until every ingress replica answers with this routing table's generation."""
-        from ray import serve
-
-        await self._wait_answers(lambda: serve.get_app_handle(sc.INGRESS_APP), self._ingress_replicas, generation,
-                                 "the inference ingress")
+        await wait_for_generation(sc.INGRESS_APP, None, self._ingress_replicas, generation, self._deploy_timeout_s,
+                                  "the inference ingress")
 
     async def _wait_model_tables(self, apps: dict[str, dict[str, Any]], generation: int) -> None:
-        from ray import serve
-
         for name, app in apps.items():
-            if not (app.get("args") or {}).get("direct_port"):
-                continue
-            await self._wait_answers(
-                functools.partial(serve.get_deployment_handle, sc.MODEL_DEPLOYMENT, name, _check_exists=False,
-                                  _record_telemetry=False),
-                _max_replicas(app), generation, f"model app {name}")
-
-    async def _wait_answers(self, make_handle: Callable[[], Any], replicas: int, generation: int, what: str) -> None:
-        """Until the handle's replicas answer generation() with this one: 3 agreeing calls a
-        replica in a row (calls go to replicas at random).
-
-        Off the event loop, as every Serve call here: getting a handle asks Serve's controller
-        (a ray.get) and the GCS, which may go down meanwhile (services/common/ray_connection.py)."""
-        handle = await asyncio.to_thread(make_handle)
-        deadline = time.monotonic() + self._deploy_timeout_s
-        agreeing = 0
-        while agreeing < 3 * replicas:
-            if time.monotonic() > deadline:
-                raise Unavailable(f"{what} did not take routing table {generation} in time")
-            try:
-                seen = await asyncio.to_thread(lambda: handle.generation.remote().result(timeout_s=_ANSWER_TIMEOUT_S))
-            except Exception as exc:  # noqa: BLE001 - a replica restarting; ask again until the deadline
-                logger.info("%s not answering yet: %r", what, exc)
-                seen = None
-            agreeing = agreeing + 1 if seen == generation else 0
-            if seen != generation:
-                await asyncio.sleep(_POLL_S)
+            if (app.get("args") or {}).get("direct_port"):
+                await wait_for_generation(name, sc.MODEL_DEPLOYMENT, _max_replicas(app), generation,
+                                          self._deploy_timeout_s, f"model app {name}")
 
 
 def _model_apps(details: dict[str, Any]) -> dict[str, dict[str, Any]]:

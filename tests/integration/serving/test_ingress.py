@@ -154,6 +154,16 @@ def test_status_shows_live_replicas(controller, served):
     assert v1.state == "READY" and v1.running_replicas == 1 and v1.target_replicas == 1 and v1.serving and v1.weight == 1.0
 
 
+def test_an_apply_leaves_no_serve_router_in_the_driver(served):
+    # The apply (here with own endpoints: it waited for the ingress and for each model app) asks
+    # replicas from a Ray task. A DeploymentHandle in the driver starts Serve's router loop
+    # thread, which nothing stops and which called into Ray while the exporter made a new driver
+    # after a head restart: SIGSEGV in ray.init (routing_wait.py).
+    from ray.serve._private.router import SingletonThreadRouter
+
+    assert SingletonThreadRouter._asyncio_loop is None
+
+
 def test_a_controller_joining_a_running_serve_reports_the_port_serve_really_uses(controller, served):
     # Serve keeps the proxy options it was first started with: an exporter configured for
     # another port that attaches to it (a restart with new settings, a second exporter) must
