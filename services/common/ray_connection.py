@@ -39,6 +39,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -56,10 +57,9 @@ log = logging.getLogger(__name__)
 # cluster, and a shared key would make each see the others' write as a restart.
 _MARKER_NAMESPACE = b"paddleray"
 # Calls in flight through in_daemon_thread. A lost cluster's driver is shut down (and a new one
-# made) only once they returned or QUIESCE_S passed: a call returning into a driver that was shut
-# down and made again meanwhile is the suspect for a SIGSEGV of the exporter seen once, in
-# ray.init while it reconnected (in other runs a GCS call with a 10 s timeout, the reconciler's
-# ownership check, was seen still in flight across the shutdown).
+# made) only once they returned or QUIESCE_S passed: a call of the old cluster's must not return
+# into a driver made meanwhile (a GCS call with a 10 s timeout, the reconciler's ownership check,
+# was seen still in flight across the shutdown).
 _IN_FLIGHT: set[threading.Thread] = set()
 _IN_FLIGHT_LOCK = threading.Lock()
 QUIESCE_S = 10.0
@@ -297,6 +297,7 @@ class RayConnection:
             return False
 
     def _init(self) -> bytes:
+        forget_serve_client()
         ray.init(address=self.address, namespace=self.namespace, log_to_driver=False)
         marker = f"paddleray/{self.service}-connection/{uuid.uuid4().hex}".encode()
         _gcs().internal_kv_put(marker, b"1", True, _MARKER_NAMESPACE, timeout=10)
@@ -318,6 +319,22 @@ class RayConnection:
         if found is None:
             return "restarted"
         return "alive"
+
+
+def forget_serve_client() -> None:
+    """Drops the Serve controller client a previous connection of this process cached.
+
+    Serve reuses its cached client while the driver's job id is the one that cached it, and job
+    ids count from 01000000 on every new cluster: the exporter, the first driver of a restarted
+    head, got the same job id again, and Serve called the old cluster's controller through a
+    stale actor handle in the new driver ("Can't find actor ... from a different cluster").
+    About one head restart in fifteen, the exporter then died of SIGSEGV in
+    CoreWorkerMemoryStore::Get (stack printed in the log, CI and local). Dropped before every
+    ray.init, Serve finds the controller by name on the cluster it is connected to.
+    """
+    context = sys.modules.get("ray.serve.context")  # Serve never imported: nothing cached
+    if context is not None:
+        context._set_global_client(None)
 
 
 class _GcsClosed(ConnectionError):

@@ -4,13 +4,13 @@ The wait asks replicas through a DeploymentHandle, and it runs as a task on the 
 the exporter. A handle starts Serve's router in the process that makes it, and nothing stops
 that router: an event-loop thread with a long-poll client (and, for autoscaled deployments, a
 metrics pusher) calling the Serve controller's actor, and an event-loop monitor recording Ray
-metrics every 5 s. In the exporter that thread outlives a lost cluster's `ray.shutdown()` and
-keeps calling into Ray while the connection makes a new driver. It is the prime suspect (not
-proven: a driver cycling through 11 head restarts with such a thread did not crash) for the
-exporter's two SIGSEGVs inside `ray.init` while it reconnected after a head restart (one CI run,
-one local run in about 20). In a cluster worker, the router dies with its cluster. The exporter
-only submits an already exported function (local, see services/common/ray_connection.py) and
-awaits its result.
+metrics every 5 s. In the exporter that thread outlived a lost cluster's `ray.shutdown()` and
+went on calling into Ray while the connection made a new driver. It was the first suspect for
+the exporter's SIGSEGVs while it reconnected after a head restart; the cause found was Serve's
+stale controller client (ray_connection.forget_serve_client), but a thread of the old cluster's
+has no business in the new driver either. In a cluster worker the router dies with its cluster;
+the exporter only submits an already exported function (local, see
+services/common/ray_connection.py) and awaits its result.
 """
 
 from __future__ import annotations

@@ -157,8 +157,8 @@ def test_status_shows_live_replicas(controller, served):
 def test_an_apply_leaves_no_serve_router_in_the_driver(served):
     # The apply (here with own endpoints: it waited for the ingress and for each model app) asks
     # replicas from a Ray task. A DeploymentHandle in the driver starts Serve's router loop
-    # thread, which nothing stops and which called into Ray while the exporter made a new driver
-    # after a head restart: SIGSEGV in ray.init (routing_wait.py).
+    # thread, which nothing stops and which went on calling into Ray from the old cluster while
+    # the exporter made a new driver after a head restart (routing_wait.py).
     from ray.serve._private.router import SingletonThreadRouter
 
     assert SingletonThreadRouter._asyncio_loop is None
