@@ -44,6 +44,23 @@ def ensure_auth_token() -> None:
     )
 
 
+_COMPONENT_PORT_FLAGS = ("ray-client-server-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                         "metrics-export-port", "runtime-env-agent-port")
+
+
+def _other_free_ports(count: int, taken: set[int | None]) -> list[int]:
+    """Free ports, distinct from each other and from `taken`: a head restarted on its fixed port
+    is not listening on it yet, so free_port() may return it, and ray start refuses a port two
+    components share (seen once: "client_server is trying to use a port number ... that is used
+    by other components")."""
+    ports: list[int] = []
+    while len(ports) < count:
+        candidate = free_port()
+        if candidate not in taken and candidate not in ports:
+            ports.append(candidate)
+    return ports
+
+
 @dataclass
 class RayHead:
     """`ray start --head --block` on free ports (GCS, Ray Client, agents, metrics).
@@ -90,9 +107,8 @@ class RayHead:
             ),
             "--disable-usage-stats",
             # Ports of its own, so that several heads (parallel test runs) never clash.
-            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}", f"--metrics-export-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
+            *(f"--{flag}={p}" for flag, p in zip(_COMPONENT_PORT_FLAGS, _other_free_ports(
+                len(_COMPONENT_PORT_FLAGS), {port, dashboard_port}), strict=True)),
         ]
         with open(log_file, "ab") as out:
             offset = out.tell()
