@@ -39,13 +39,14 @@ async def wait_for_generation(app: str, deployment: str | None, replicas: int, g
     None) answer generation() with `generation`; Unavailable if not within timeout_s."""
     ref = await in_daemon_thread(lambda: _task().remote(app, deployment, replicas, generation, timeout_s),
                                  on_abandoned=_cancel_quietly)
+    # Bounded here too: a task that never gets a worker would otherwise hold the pass.
+    bound_s = timeout_s + _ANSWER_TIMEOUT_S + _START_S
     try:
-        # Bounded here too: a task that never gets a worker would otherwise hold the pass.
-        async with asyncio.timeout(timeout_s + _ANSWER_TIMEOUT_S + _START_S):
+        async with asyncio.timeout(bound_s):
             problem = await ref
     except TimeoutError:
         free_in_daemon_thread(_cancel_quietly, ref)
-        raise Unavailable(f"{what}: its replicas could not be asked within {timeout_s + _START_S:g} s") from None
+        raise Unavailable(f"{what}: its replicas could not be asked within {bound_s:g} s") from None
     except asyncio.CancelledError:
         # The pass was cancelled (cluster lost, exporter stopping): stop asking on the cluster.
         free_in_daemon_thread(_cancel_quietly, ref)
