@@ -24,7 +24,7 @@ demo: setup ## the main job: the full local demo (Redis, Ray, the three services
 test: setup protos-check lint ## everything CI checks
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-setup: $(STAMP) redis-server
+setup: $(STAMP) redis-server cjk-font
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,17 @@ redis-server:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "redis-server is missing: sudo apt-get install -y redis-server"; exit 1; fi; }
+
+# The text-line example (services/trainer/examples/crnn.py) renders its lines with a CJK font
+# from Debian (the smallest of them: 1.6 MB).
+CJK_FONT_PACKAGE := fonts-wqy-microhei
+CJK_FONT := /usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+.PHONY: cjk-font
+cjk-font:
+	@test -f $(CJK_FONT) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq $(CJK_FONT_PACKAGE) >/dev/null; \
+	  else echo "$(CJK_FONT_PACKAGE) is missing: sudo apt-get install -y $(CJK_FONT_PACKAGE)"; exit 1; fi; }
 
 protos: $(STAMP) ## regenerate gen/python from protos/
 	$(BIN)/python scripts/gen_protos.py
@@ -57,7 +68,7 @@ lint: $(STAMP) ## ruff, mypy over services/ and bench/, buf lint, and buf breaki
 
 # The stock tritonclient pins protobuf < 7, so the serving tests run it from a venv of its own
 # (they create it on first use too).
-triton-venv: setup ## .venv-triton with tritonclient[grpc] for the stock-client tests
+triton-venv: setup ## .venv-triton with tritonclient[grpc,http] for the stock-client tests
 	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests'); from support.triton import triton_python; triton_python()"
 
 bench: setup ## every benchmark, quick; results in bench/results, report in bench/REPORT.md

@@ -1,1 +1,1 @@
-"""paddleray benchmarks: `python -m bench <name> [--quick]` (see ../shared/BENCHMARKS.md)."""
+"""paddleray benchmarks: `python -m bench <name> [--quick]` (what each measures and its target: bench/README.md)."""

@@ -4,7 +4,7 @@ Every figure that decides anything is a ratio of two things measured side by sid
 same run (A B A B ..., medians), because the machines are shared and noisy.
 
 A benchmark module `bench/<name>_bench.py` declares `TARGETS` (ratio key -> bound such as
-">= 1.0", the keys of BENCHMARKS.md) and `run(quick: bool, smoke: bool = False) -> dict`
+">= 1.0", the keys and bounds of the table in bench/README.md) and `run(quick: bool, smoke: bool = False) -> dict`
 returning the document built by `result`. Three sizes:
 - full (the default): the figures that decide;
 - quick (`--quick`, under ~3 minutes): too few rounds to reproduce the full verdict (see
@@ -114,7 +114,7 @@ def result(
     sides: dict[str, float],
     preconditions: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
-    """The result document of BENCHMARKS.md (full size; `finish` marks quick and smoke runs).
+    """The result document of bench/README.md (full size; `finish` marks quick and smoke runs).
 
     per_round: each ratio's value per round. sides: how much work each side of each
     comparison really did (samples, jobs, trials), so that a run where one side did nothing

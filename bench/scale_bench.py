@@ -11,7 +11,7 @@ process (dispatcher off, so the jobs stay queued):
 - a dispatch pass's reads: the queue window (ZRANGE) and its job records (`JobStore`), the
   Redis work of every pass, which must not grow with the queue.
 
-Ratios. BENCHMARKS.md sets no targets for them yet; the targets below are issue 13's goals
+Ratios (bench/README.md has them with the others). The targets are issue 13's goals
 (<= 2 KB per queued job; "flatten what grows", read as: at most twice the smallest level's
 figure at 100 times the jobs):
 - bytes_per_job_vs_goal: bytes per queued job at the largest level over 2,048;

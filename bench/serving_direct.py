@@ -11,10 +11,10 @@ import grpc
 
 from paddleray.inference.v2 import grpc_service_pb2_grpc
 from paddleray.services.exporter.serving.artifact import load_artifact
-from paddleray.services.exporter.serving.dataplane import DataPlane, RoutedModel, RoutedVersion
-from paddleray.services.exporter.serving.predictor import PLATFORMS, load_predictor
+from paddleray.services.exporter.serving.replica.dataplane import DataPlane, RoutedModel, RoutedVersion
+from paddleray.services.exporter.serving.replica.predictor import PLATFORMS, load_predictor
+from paddleray.services.exporter.serving.replica.v2_servicer import V2Servicer
 from paddleray.services.exporter.serving.spec import PredictorOptions
-from paddleray.services.exporter.serving.v2_servicer import V2Servicer
 
 
 async def main(directory: str, backend: str, mkldnn: bool, name: str) -> None:

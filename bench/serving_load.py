@@ -1,7 +1,8 @@
 """Load generator, run as its own process: N concurrent ModelInfer loops on one grpc.aio channel.
 
-python bench/serving_load.py TARGET MODEL SECONDS CONCURRENCY [VERSION [STOP_FILE]] -> one JSON line
-(it also stops early once STOP_FILE exists, for loads running through a rollout):
+python bench/serving_load.py TARGET MODEL SECONDS CONCURRENCY [VERSION [STOP_FILE [APPLICATION]]] -> one JSON
+line (it also stops early once STOP_FILE exists, for loads running through a rollout; every call
+carries `application: APPLICATION` metadata when given, as Serve's HAProxy routes by it):
 {"ok": n, "failed": n, "codes": {...}, "p50_ms", "p99_ms", "max_ms", "rps", "versions": {...}}
 """
 
@@ -18,17 +19,19 @@ import grpc
 import numpy as np
 
 from paddleray.inference.v2 import grpc_service_pb2_grpc
-from paddleray.services.exporter.serving.codec import encode_request
+from paddleray.services.exporter.serving.replica.codec import encode_request
 
 
-async def main(target: str, model: str, seconds: float, concurrency: int, version: str, stop_file: str) -> dict:
+async def main(target: str, model: str, seconds: float, concurrency: int, version: str, stop_file: str,
+               application: str = "") -> dict:
     request = encode_request(model, {"x": np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)}, version)
     latencies: list[float] = []
     codes: Counter[str] = Counter()
     versions: Counter[str] = Counter()
     async with grpc.aio.insecure_channel(target) as channel:
         stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        await stub.ModelInfer(request, timeout=60)  # connected and warm before the clock starts
+        metadata = (("application", application),) if application else None
+        await stub.ModelInfer(request, timeout=60, metadata=metadata)  # connected and warm before the clock starts
         deadline = time.perf_counter() + seconds
 
         stop = Path(stop_file) if stop_file else None
@@ -37,7 +40,7 @@ async def main(target: str, model: str, seconds: float, concurrency: int, versio
             while time.perf_counter() < deadline and not (stop and stop.exists()):
                 started = time.perf_counter()
                 try:
-                    response = await stub.ModelInfer(request, timeout=60)
+                    response = await stub.ModelInfer(request, timeout=60, metadata=metadata)
                     versions[response.model_version] += 1
                     codes["OK"] += 1
                 except grpc.aio.AioRpcError as exc:
@@ -60,4 +63,5 @@ if __name__ == "__main__":
     target, model, seconds, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
     version = sys.argv[5] if len(sys.argv) > 5 else ""
     stop_file = sys.argv[6] if len(sys.argv) > 6 else ""
-    print(json.dumps(asyncio.run(main(target, model, seconds, concurrency, version, stop_file))), flush=True)
+    application = sys.argv[7] if len(sys.argv) > 7 else ""
+    print(json.dumps(asyncio.run(main(target, model, seconds, concurrency, version, stop_file, application))), flush=True)

@@ -1,15 +1,17 @@
 """The serving benchmark's models, exported as the exporter does (to_static + jit.save + manifest).
 
 mlp: the digits MLP's architecture (64-64-10), where serving overhead dwarfs compute.
-wide: 64-2048-(2048x2)-10, whose single request computes for tens of ms with oneDNN (the
-batching case: 32 rows cost ~3x one row, measured 35 ms vs 111 ms under load).
+wide: 64-2048-(2048x2)-10, whose single request computes for a few ms with oneDNN on one thread
+(the bench's wide_bs1_ms / wide_bs32_ms: 1.5-2.5 ms idle, 5.4 ms for one row and 7.5 ms for 32 under
+load 20), so 32 rows cost about 1.4x one row: the batching case. (The "tens of ms a request" once written here was
+the predictor clone Serve's thread-per-call forced on every request, issue 20.1, not the model.)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from paddleray.services.exporter.serving.artifact import write_manifest
+from paddleray.services.common.model_manifest import Manifest, TensorSpec
 
 
 def build(kind: str):
@@ -33,14 +35,13 @@ def export(model, directory: Path, onnx: bool) -> Path:
     artifacts = {"paddle": "paddle"}
     if onnx:
         # The exporter's conversion (opset, and no polygraphy pass: that pip-installs at run time).
-        from paddleray.services.exporter.export_task import write_onnx
+        from paddleray.services.exporter.export.task.export_task import write_onnx
 
         write_onnx(directory)
         artifacts["onnx"] = "onnx/model.onnx"
-    write_manifest(directory, {
-        "format_version": 1, "model": "models/bench", "version": "models/bench/versions/1",
-        "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 64]}],
-        "outputs": [{"name": "fetch_name_0", "datatype": "FP32", "shape": [-1, 10]}],
-        "artifacts": artifacts, "predictor_outputs": ["fetch_name_0"],
-    })
+    Manifest(
+        model="models/bench", version="models/bench/versions/1",
+        inputs=(TensorSpec("x", "FP32", (-1, 64)),), outputs=(TensorSpec("fetch_name_0", "FP32", (-1, 10)),),
+        artifacts=artifacts, predictor_outputs=("fetch_name_0",),
+    ).write(directory)
     return directory

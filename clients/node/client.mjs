@@ -104,6 +104,12 @@ function readLogs(jobs, name, md) {
 async function inference(address, md, model, shape) {
   const { inference } = load("paddleray/inference/v2/grpc_service.proto");
   const v2 = new inference.GRPCInferenceService(address, grpc.credentials.createInsecure());
+  // Serve's HAProxy sends each call to the application its `application` metadata names: the
+  // model's serving name (server-level calls too: any model's app answers them).
+  if (model) {
+    md = md.clone();
+    md.set("application", model);
+  }
   const live = await unary(v2, "ServerLive", {}, md);
   const ready = await unary(v2, "ServerReady", {}, md);
   emit({ step: "inference", live: live.live, ready: ready.ready });

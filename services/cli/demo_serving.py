@@ -76,8 +76,8 @@ def deploy(client: Client, console: Console, version: model_pb2.ModelVersion, de
     done = exporter.wait_deployment(created.name, timeout=timeout_s, on_update=progress)
     if done.state != D.DEPLOYMENT_STATE_HEALTHY:
         raise DemoFailed(f"{done.name} ended {_state(D, done.state, 'DEPLOYMENT_STATE_')}: {done.state_reason}")
-    console.print(f"serving model_name {done.serving_name!r} at {done.direct_endpoint or done.endpoint} "
-                  f"(inference.GRPCInferenceService; also through Ray Serve's proxy at {done.endpoint})",
+    console.print(f"serving model_name {done.serving_name!r} at {done.endpoint} (inference.GRPCInferenceService, "
+                  f"metadata application: {done.serving_name}) and {done.http_endpoint} (v2 REST)",
                   markup=False, highlight=False)
     return done
 
@@ -91,8 +91,7 @@ def held_out(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def query(client: Client, console: Console, deployment: deployment_pb2.Deployment, version: model_pb2.ModelVersion,
           features: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
     """One ModelInfer per held-out row (latency as a client sees it), then all rows in one call."""
-    # The deployment's own endpoint when it has one (its replicas serve it: no proxy hop).
-    address = deployment.direct_endpoint or deployment.endpoint
+    address = deployment.endpoint
     inference = Inference(client, address=address)
     if not inference.server_ready():
         raise DemoFailed(f"the v2 endpoint {address} is not ready")

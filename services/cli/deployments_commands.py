@@ -28,7 +28,7 @@ MaxReplicasOption = typer.Option(None, "--max-replicas", min=1, max=64, help="Au
 TargetOption = typer.Option(None, "--target-ongoing-requests", help="Autoscaling: ongoing requests per replica.")
 CpusOption = typer.Option(None, "--cpus", help="CPUs per replica (fractional allowed; the server's default: 1).")
 GpusOption = typer.Option(None, "--gpus", help="GPUs per replica (fractional allowed).")
-BatchOption = typer.Option(None, "--max-batch-size", min=0, max=1024, help="Dynamic batching: largest batch (0/1: off).")
+BatchOption = typer.Option(None, "--max-batch-size", min=1, max=1024, help="Dynamic batching: largest batch, 1-1024 (1: off).")
 BatchWaitOption = typer.Option(None, "--batch-wait-ms", help="Dynamic batching: longest wait for a batch, ms.")
 BackendOption = typer.Option(None, "--backend", help=f"Runtime: {', '.join(BACKENDS)} (auto: the fastest validated).")
 ThreadsOption = typer.Option(None, "--threads", min=0, max=64, help="CPU math threads per replica.")
@@ -90,6 +90,14 @@ def replicas_text(deployment: deployment_pb2.Deployment) -> str:
                     for s in deployment.version_statuses) or "-"
 
 
+def nodes_text(deployment: deployment_pb2.Deployment) -> str:
+    """Running replicas per Ray node (every version has the same replicas: the first status's)."""
+    statuses = deployment.version_statuses
+    if not statuses or not statuses[0].replicas_per_node:
+        return "-"
+    return " ".join(f"{n.node_id[:12]}({n.node_ip}):{n.running_replicas}" for n in statuses[0].replicas_per_node)
+
+
 def traffic_text(deployment: deployment_pb2.Deployment) -> str:
     return ",".join(f"{version_number(t.model_version)}={t.percent}" for t in deployment.traffic)
 
@@ -110,8 +118,9 @@ def print_deployment(deployment: deployment_pb2.Deployment) -> None:
         ("name", deployment.name),
         ("state", deployment_state(deployment.state) + (f" ({first_line(deployment.state_reason)})"
                                                         if deployment.state_reason else "")),
-        ("model_name", f"{deployment.serving_name} (v2 ModelInfer at {deployment.endpoint or '-'})"),
-        ("own endpoint", deployment.direct_endpoint or "- (through the endpoint above only)"),
+        ("model_name", f"{deployment.serving_name} (v2 gRPC at {deployment.endpoint or '-'} with metadata "
+                       f"application: {deployment.serving_name})"),
+        ("REST", deployment.http_endpoint or "-"),
         ("model", deployment.model or "-"),
         ("traffic", traffic_text(deployment) + "  (version=percent)"),
         ("replicas", replicas),
@@ -122,6 +131,7 @@ def print_deployment(deployment: deployment_pb2.Deployment) -> None:
         ("backend", enum_name(model_pb2.Backend, deployment.backend, "BACKEND_")
          if deployment.backend else "auto (per version, the fastest that passed validation)"),
         ("created", when(deployment.create_time)), ("updated", when(deployment.update_time)),
+        ("nodes", nodes_text(deployment)),
     ])
     if deployment.version_statuses:
         output.table(("version", "backend", "state", "replicas", "message"), [
@@ -145,9 +155,9 @@ def follow_deployment(client: Client, name: str, wait_timeout: float | None, fmt
     if fmt != Format.table:
         output.emit(fmt, output.as_data(done))
     else:
-        own = f"; its own endpoint: {done.direct_endpoint}" if done.direct_endpoint else ""
-        output.console().print(f"serving model_name {done.serving_name!r} at {done.endpoint}{own} "
-                               "(inference.GRPCInferenceService)", markup=False, highlight=False)
+        output.console().print(f"serving model_name {done.serving_name!r} at {done.endpoint} (inference.GRPCInferenceService, "
+                               f"metadata application: {done.serving_name}) and {done.http_endpoint or '-'} (v2 REST)",
+                               markup=False, highlight=False)
     return ExitCode.SUCCEEDED
 
 
@@ -224,8 +234,8 @@ def list_deployments(
         output.emit(fmt, [output.as_data(d) for d in found])
         return
     rows = [[d.name, deployment_state(d.state), d.serving_name, d.model, traffic_text(d), replicas_text(d),
-             d.endpoint or "-", d.direct_endpoint or "-"] for d in found]
-    output.table(("deployment", "state", "model_name", "model", "traffic", "replicas", "endpoint", "own endpoint"), rows,
+             d.endpoint or "-", d.http_endpoint or "-"] for d in found]
+    output.table(("deployment", "state", "model_name", "model", "traffic", "replicas", "endpoint", "REST"), rows,
                  keep=(0, 1, 2))
 
 

@@ -43,8 +43,7 @@ def sweep(
     """Start a hyperparameter sweep described by a YAML spec file."""
     experiment, experiment_id = load_experiment(spec)
     client = session.client(ctx)
-    experiment.trial_template.CopyFrom(client.ship_code(experiment.trial_template))
-    created = client.create_experiment(experiment, experiment_id=experiment_id)
+    created = client.create_experiment(experiment, experiment_id=experiment_id)  # ships a local working_dir first
     output.console().print(f"created {created.name} with {created.total_trials} trials", markup=False)
     if watch:
         raise typer.Exit(int(follow_experiment(client, created.name, _duration(wait_timeout, "--wait-timeout"))))

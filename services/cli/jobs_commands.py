@@ -13,9 +13,9 @@ from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.cli import output, session
 from paddleray.services.cli.output import ExitCode, Format, OutputOption
-from paddleray.services.cli.progress import JobProgress, format_number, metrics_text, state_name
+from paddleray.services.cli.progress import JobProgress, first_line, format_number, metrics_text, state_name
 from paddleray.services.client import Client, experiment_name, job_name, load_job, specs
-from paddleray.services.common import structs
+from paddleray.services.common import structs, training_spec
 
 app = typer.Typer(help="Training jobs.", no_args_is_help=True)
 
@@ -51,6 +51,18 @@ def _duration(value: str | None, option: str) -> float | None:
         raise typer.BadParameter(str(error), param_hint=option) from None
 
 
+def json_object(value: str, option: str, example: str) -> dict:
+    """An option's JSON object (a function's or a model's config), else a usage error naming it."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise typer.BadParameter(f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
+                                 param_hint=option) from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter(f"must be a JSON object such as '{example}'", param_hint=option)
+    return parsed
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -79,13 +91,7 @@ def submit(
     wait_timeout: str = WaitTimeoutOption,
 ) -> None:
     """Queue a job from the command line (a spec file: `paddleray submit JOB.yaml`)."""
-    try:
-        parsed = json.loads(config)
-    except json.JSONDecodeError as error:
-        raise typer.BadParameter(f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
-                                 param_hint="--config") from None
-    if not isinstance(parsed, dict):
-        raise typer.BadParameter("must be a JSON object such as '{\"epochs\": 3}'", param_hint="--config")
+    parsed = json_object(config, "--config", '{"epochs": 3}')
     job = build_job(entrypoint, parsed, workers, _finite(cpus, "--cpus"), _finite(gpus, "--gpus"), max_retries,
                     _duration(timeout, "--timeout") or 0)
     _create_and_maybe_watch(ctx, job, "", watch_job, _duration(wait_timeout, "--wait-timeout"))
@@ -106,7 +112,7 @@ def _create_and_maybe_watch(
     ctx: typer.Context, job: job_pb2.Job, job_id: str, watch_job: bool, wait_timeout: float | None,
 ) -> None:
     client = session.client(ctx)
-    created = client.create_job(client.ship_code(job), job_id=job_id)
+    created = client.create_job(job, job_id=job_id)  # ships a local working_dir first
     output.console().print(f"created {created.name} ({state_name(created.state)})", markup=False)
     if watch_job:
         raise typer.Exit(int(follow(client, created.name, wait_timeout)))
@@ -186,10 +192,14 @@ def list_jobs(
         if not sep or not key:
             raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--label")
         labels[key] = value
+    # One more than asked for: whether there are more than --limit is then known, and said.
     jobs = list(session.client(ctx).list_jobs(
-        limit=limit, page_size=page_size, states=states, labels=labels,
+        limit=limit + 1, page_size=min(page_size, limit + 1), states=states, labels=labels,
         experiment=experiment_name(experiment) if experiment else "",
     ))
+    more, jobs = len(jobs) > limit, jobs[:limit]
+    if more:
+        output.err_console().print(f"showing the newest {limit} jobs; there are more (raise --limit)", soft_wrap=True)
     if fmt != Format.table:
         output.emit(fmt, [output.as_data(job) for job in jobs])
         return
@@ -209,7 +219,7 @@ def get(
         ("name", job.name), ("state", state_name(job.state) + (f" ({job.state_reason})" if job.state_reason else "")),
         ("entrypoint", job.spec.entrypoint), ("config", json.dumps(config)),
         ("workers", str(job.spec.num_workers or 1)),
-        ("resources", f"cpus={format_number(job.spec.resources_per_worker.num_cpus)} "
+        ("resources", f"cpus={format_number(training_spec.cpus(job.spec.resources_per_worker))} "
                       f"gpus={format_number(job.spec.resources_per_worker.num_gpus)} per rank"),
         ("experiment", job.experiment or "-"),
         ("trial parameters", " ".join(f"{k}={v}" for k, v in sorted(job.trial_parameters.items())) or "-"),
@@ -232,9 +242,20 @@ def logs(
 ) -> None:
     """Print a job's worker logs (resumes by itself after a dropped connection)."""
     out = output.console()
-    for line in session.client(ctx).job_logs(name, follow=follow_logs, tail_lines=tail, rank=rank, attempt=attempt):
+    client = session.client(ctx)
+    job = client.get_job(name)
+    waiting = {job_pb2.JOB_STATE_QUEUED, job_pb2.JOB_STATE_STARTING, job_pb2.JOB_STATE_UNSPECIFIED}
+    # With --follow the lines are waited for; without, a job no rank has run yet has logged nothing.
+    if not follow_logs and job.state in waiting and all(a.state in waiting for a in job.attempts):
+        reason = f", {first_line(job.state_reason)}" if job.state_reason else ""
+        output.err_console().print(f"{job.name} has not started yet ({state_name(job.state)}{reason}): it has no logs",
+                                   soft_wrap=True)
+        return
+    lines = client.job_logs(job.name, follow=follow_logs, tail_lines=tail, rank=rank, attempt=attempt)
+    for sequence, line in enumerate(lines, start=1):
         if fmt != Format.table:
-            output.emit_item(fmt, output.as_data(line))
+            # Every field, rank 0 included (proto JSON drops zero values), and the line's number in this output.
+            output.emit_item(fmt, {**output.as_data(line), "rank": line.rank, "sequence": sequence})
             continue
         out.print(Text.assemble((f"[rank {line.rank}] ", "dim"), line.text), highlight=False, soft_wrap=True)
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 from google.protobuf import timestamp_pb2
 
 from paddleray.exporter.v1 import model_pb2
 from paddleray.services.cli import output, session
-from paddleray.services.cli.jobs_commands import WaitTimeoutOption, _duration
+from paddleray.services.cli.jobs_commands import WaitTimeoutOption, _duration, json_object
 from paddleray.services.cli.output import ExitCode, Format, OutputOption
 from paddleray.services.cli.progress import first_line, metrics_text
+from paddleray.services.client import ConfigError
 from paddleray.services.client.deployments import model_name
+from paddleray.services.client.exporter import tensor_spec
 from paddleray.services.common import structs
 
 app = typer.Typer(help="Exported models and their versions.", no_args_is_help=True)
@@ -21,6 +24,8 @@ FORMATS = {"onnx": model_pb2.EXPORT_FORMAT_ONNX, "paddle": model_pb2.EXPORT_FORM
 ModelArgument = typer.Argument(..., help="models/ID or ID")
 FormatOption = typer.Option(None, "--format", help="Also write this format: onnx; repeatable.")
 LabelOption = typer.Option(None, "--label", help="KEY=VALUE label of a new model; repeatable.")
+InputOption = typer.Option(None, "--input", help="NAME:DTYPE:SHAPE of an input, e.g. x:FP32:-1,64 (-1: any size), "
+                           "for a builder module without input_spec(); repeatable.")
 
 
 def version_state(state: int) -> str:
@@ -72,9 +77,26 @@ def print_validation(version: model_pb2.ModelVersion) -> None:
                   f"(atol {validation.atol:g}, rtol {validation.rtol:g}): {'passed' if validation.passed else 'FAILED'}",
                   markup=False, highlight=False, soft_wrap=True)
         output.table(("backend", "passed", "max abs error", "max rel error", "median ms", "message"), rows)
+        print_sample_validation(validation)
     for artifact in version.artifacts:
         out.print(f"artifact {enum_name(model_pb2.ExportFormat, artifact.format, 'EXPORT_FORMAT_')}: "
                   f"{artifact.uri} ({artifact.size_bytes:,} bytes)", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_sample_validation(validation: model_pb2.ValidationResult) -> None:
+    """Per sample batch, when they had different shapes (a model with a free width or length):
+    which shapes were checked and each backend's error at each."""
+    backends = [b for b in validation.backends if b.samples]
+    if not backends:
+        return
+    shapes = [", ".join(f"{t.name} {list(t.shape)}" for t in sample.inputs) for sample in backends[0].samples]
+    if len(set(shapes)) < 2:
+        return
+    headers = ("sample", "inputs", *(f"{enum_name(model_pb2.Backend, b.backend, 'BACKEND_')} max abs" for b in backends))
+    rows = [[str(i), shape, *(f"{b.samples[i].max_abs_error:.2e}{'' if b.samples[i].passed else ' FAILED'}"
+                              if i < len(b.samples) else "-" for b in backends)]
+            for i, shape in enumerate(shapes)]
+    output.table(headers, rows)
 
 
 def print_version(version: model_pb2.ModelVersion) -> None:
@@ -88,6 +110,8 @@ def print_version(version: model_pb2.ModelVersion) -> None:
         ("config", json.dumps(structs.to_python(version.model_config)) if version.HasField("model_config") else "-"),
         ("inputs", tensors_text(version.inputs)),
         ("outputs", tensors_text(version.outputs)),
+        ("metadata", json.dumps(structs.to_python(version.metadata), ensure_ascii=False)
+         if version.HasField("metadata") else "-"),
         ("created", when(version.create_time)),
     ]
     output.pairs(rows)
@@ -121,6 +145,12 @@ def export(
     builder: str = typer.Option("", "--builder", help="package.module:function building the model (default: the "
                                                       "job's entrypoint module's build_model)."),
     config: str = typer.Option(None, "--config", help="JSON object for the builder (default: the job's config)."),
+    working_dir: str = typer.Option("", "--working-dir", help="The builder's code: a project directory (uploaded as "
+                                    "`submit` uploads a job's) or a package URI (default: the job's)."),
+    inputs: list[str] = InputOption,
+    dynamic_sizes: str = typer.Option("", "--dynamic-sizes", help="Validation: sizes for the dynamic dimensions "
+                                      "after the first (a width, a length), one sample each, e.g. 24,64,200 "
+                                      "(default 16,32,64,128)."),
     formats: list[str] = FormatOption,
     display_name: str = typer.Option("", "--display-name", help="Display name of a new model."),
     label: list[str] = LabelOption,
@@ -133,25 +163,30 @@ def export(
         raise typer.BadParameter("give exactly one of --job and --checkpoint", param_hint="--job / --checkpoint")
     if checkpoint and not builder:
         raise typer.BadParameter("is required with --checkpoint (there is no job to take it from)", param_hint="--builder")
-    model_config = None
-    if config is not None:
-        try:
-            model_config = json.loads(config)
-        except json.JSONDecodeError as error:
-            raise typer.BadParameter(f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
-                                     param_hint="--config") from None
-        if not isinstance(model_config, dict):
-            raise typer.BadParameter("must be a JSON object such as '{\"hidden_sizes\": [64]}'", param_hint="--config")
+    model_config = json_object(config, "--config", '{"hidden_sizes": [64]}') if config is not None else None
     chosen = []
     for given in formats or []:
         if given.lower() not in FORMATS:
             raise typer.BadParameter(f"{given!r} is not one of {', '.join(FORMATS)}", param_hint="--format")
         chosen.append(FORMATS[given.lower()])
+    try:
+        specs = [tensor_spec(text) for text in inputs or []]
+    except ConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--input") from None
+    validation = None
+    if dynamic_sizes:
+        sizes = [part.strip() for part in dynamic_sizes.split(",")]
+        if not all(part.isdigit() and int(part) > 0 for part in sizes):
+            raise typer.BadParameter(f"expected positive integers separated by commas, got {dynamic_sizes!r}",
+                                     param_hint="--dynamic-sizes")
+        validation = model_pb2.ValidationOptions(dynamic_sizes=[int(part) for part in sizes], num_samples=len(sizes))
     timeout = _duration(wait_timeout, "--wait-timeout")
     client = session.client(ctx)
     version = client.exporter.export_model(
         model, job=job, checkpoint_uri=checkpoint, formats=tuple(chosen), model_builder=builder,
         model_config=model_config, display_name=display_name, labels=parse_labels(label),
+        working_dir=str(Path(working_dir).resolve()) if working_dir and "://" not in working_dir else working_dir,
+        inputs=specs, validation=validation,
     )
     if wait:
         if fmt == Format.table:

@@ -14,6 +14,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.client import ClientError, NotConfigured, ServiceError, Unreachable, WaitTimeout
@@ -57,12 +58,14 @@ OutputOption = typer.Option(Format.table, "--output", "-o", help="table, json or
 
 
 def console() -> Console:
-    # Made per call: tests and pipes swap sys.stdout, and a terminal's width can change.
-    return Console(highlight=False, soft_wrap=False)
+    # Made per call: tests and pipes swap sys.stdout, and a terminal's width can change. No markup:
+    # what is printed (names, reasons, the services' messages) is printed verbatim; rich would
+    # take `[a-z]` in `must match [a-z][a-z0-9-]{0,62}` for a tag and drop it.
+    return Console(highlight=False, soft_wrap=False, markup=False)
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, markup=False)
 
 
 def as_data(message: Message) -> dict:
@@ -115,7 +118,7 @@ def pairs(rows: Sequence[tuple[str, str]]) -> None:
 
 
 def fail(message: str, code: ExitCode) -> typer.Exit:
-    err_console().print(f"[red]error:[/red] {message}", markup=True, soft_wrap=True)
+    err_console().print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True)
     return typer.Exit(int(code))
 
 

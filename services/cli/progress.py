@@ -72,7 +72,7 @@ class JobProgress:
 
     def _line(self, text: str) -> None:
         if self._progress is not None:
-            self._progress.console.print(text, highlight=False)
+            self._progress.console.print(text, markup=False, highlight=False)
         else:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 

@@ -18,6 +18,7 @@ after retries), WaitTimeout (a wait gave up; the job keeps running).
 from __future__ import annotations
 
 import functools
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -110,18 +111,23 @@ class Client:
 
     # Code ------------------------------------------------------------------------------------
 
-    def ship_code(self, job: job_pb2.Job) -> job_pb2.Job:
-        """Uploads a job's local working_dir (once per content: packages are content-addressed)
-        and points the job at the package URI; a URI or an empty working_dir is left alone."""
-        working_dir = job.spec.runtime_env.working_dir
-        if not working_dir or "://" in working_dir:
-            return job
+    def ship_directory(self, directory: str | os.PathLike) -> str:
+        """Uploads a local project directory as a package (once per content: packages are
+        content-addressed) and returns its URI, `paddleray://packages/sha256-...`."""
         try:
-            uri = packaging.upload_package(self._scheduler, working_dir, timeout=max(self.timeout, 300.0))
+            return packaging.upload_package(self._scheduler, directory, timeout=max(self.timeout, 300.0))
         except packaging.PackageError as error:
             raise SpecError(f"working_dir: {error}") from None
         except grpc.RpcError as error:
             raise translate(error, self.settings.address, self.settings.source) from None
+
+    def ship_code(self, job: job_pb2.Job) -> job_pb2.Job:
+        """Uploads a job's local working_dir (ship_directory) and returns a copy of the job that
+        names the package URI instead; a URI or an empty working_dir is left alone."""
+        working_dir = job.spec.runtime_env.working_dir
+        if not working_dir or "://" in working_dir:
+            return job
+        uri = self.ship_directory(working_dir)
         shipped = job_pb2.Job()
         shipped.CopyFrom(job)
         shipped.spec.runtime_env.working_dir = uri
@@ -130,6 +136,8 @@ class Client:
     # Jobs ------------------------------------------------------------------------------------
 
     def create_job(self, job: job_pb2.Job, job_id: str = "", request_id: str | None = None) -> job_pb2.Job:
+        """Queues a job; a local working_dir is shipped first (ship_code)."""
+        job = self.ship_code(job)
         request = job_service_pb2.CreateJobRequest(job=job, job_id=job_id, request_id=request_id or uuid.uuid4().hex)
         return self.call(self.jobs.CreateJob, request).job
 
@@ -237,6 +245,13 @@ class Client:
 
     def create_experiment(self, experiment: experiment_pb2.Experiment, experiment_id: str = "",
                           request_id: str | None = None) -> experiment_pb2.Experiment:
+        """Starts a sweep; a local working_dir of its trial template is shipped first (ship_code)."""
+        template = self.ship_code(experiment.trial_template)
+        if template is not experiment.trial_template:
+            shipped = experiment_pb2.Experiment()
+            shipped.CopyFrom(experiment)
+            shipped.trial_template.CopyFrom(template)
+            experiment = shipped
         request = experiment_service_pb2.CreateExperimentRequest(
             experiment=experiment, experiment_id=experiment_id, request_id=request_id or uuid.uuid4().hex,
         )

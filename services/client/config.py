@@ -189,8 +189,22 @@ def _context_settings(path: Path, context: str | None, explicit: bool) -> dict[s
         except OSError as error:
             raise ConfigError(f"{path}: contexts.{name}.token_file: {error.strerror}: {token_path}") from None
     if entry.get("token_env"):
-        settings["token"] = os.environ.get(str(entry["token_env"]), "")
+        variable = str(entry["token_env"])
+        if not os.environ.get(variable):
+            # Calling on without the token would answer UNAUTHENTICATED far from the cause.
+            raise ConfigError(f"{path}: contexts.{name}.token_env: the variable {variable} is not set (or empty)")
+        settings["token"] = os.environ[variable]
     return settings
+
+
+def context_state_dir(context: str | None = None, config_file: str | os.PathLike | None = None) -> Path | None:
+    """The state_dir of the config file's context (the named one, else PADDLERAY_CONTEXT, else
+    current-context), if it has one."""
+    context = context or os.environ.get("PADDLERAY_CONTEXT") or None
+    path = Path(config_file or os.environ.get("PADDLERAY_CONFIG") or DEFAULT_CONFIG_FILE).expanduser()
+    settings = _context_settings(path, context, explicit=bool(config_file or context or os.environ.get("PADDLERAY_CONFIG")))
+    state_dir = (settings or {}).get("state_dir")
+    return Path(state_dir) if state_dir else None
 
 
 def find_state_file(start: Path) -> Path | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -29,6 +29,24 @@ TERMINAL_VERSION_STATES = states.MODEL_VERSION_TERMINAL
 SETTLED_DEPLOYMENT_STATES = frozenset({D.DEPLOYMENT_STATE_HEALTHY, D.DEPLOYMENT_STATE_UNHEALTHY})
 
 
+def tensor_spec(text: str) -> model_pb2.TensorSpec:
+    """An input of the static model from NAME:DTYPE:SHAPE, e.g. `x:FP32:-1,64` (-1: any size;
+    DTYPE a v2 datatype: FP32, FP16, FP64, INT64, INT32, UINT8, BOOL, ...)."""
+    parts = text.split(":")
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(f"input {text!r}: expected NAME:DTYPE:SHAPE, such as x:FP32:-1,64")
+    name, datatype, shape = parts
+    enum = f"DATA_TYPE_{datatype.upper()}"
+    if enum not in model_pb2.DataType.keys() or enum == "DATA_TYPE_UNSPECIFIED":
+        known = ", ".join(k.removeprefix("DATA_TYPE_") for k in model_pb2.DataType.keys()[1:])
+        raise ConfigError(f"input {text!r}: datatype {datatype!r} is not one of {known}")
+    try:
+        dims = [int(d) for d in shape.split(",")]
+    except ValueError:
+        raise ConfigError(f"input {text!r}: shape {shape!r} must be comma-separated integers (-1 for any size)") from None
+    return model_pb2.TensorSpec(name=name, datatype=enum, shape=dims)
+
+
 def _prefixed(collection: str, name: str) -> str:
     return name if name.startswith(f"{collection}/") else f"{collection}/{name}"
 
@@ -42,18 +60,34 @@ class Exporter:
         self.stub = exporter_service_pb2_grpc.ExporterServiceStub(client.open(self.address))
 
     def _call(self, method, request):
-        return self._client.call(method, request, address=self.address)
+        try:
+            return self._client.call(method, request, address=self.address)
+        except ServiceError as error:
+            if error.code == grpc.StatusCode.UNIMPLEMENTED and "Method not found" in error.details:
+                # A scheduler (or anything else) at the exporter's address: "Method not found!" says nothing.
+                raise ServiceError(error.code, f"{self.address} is not an exporter (it does not serve "
+                                   "paddleray.exporter.v1.ExporterService): give the exporter's address with "
+                                   "--exporter-address or PADDLERAY_EXPORTER_ADDRESS") from None
+            raise
 
     def export_model(self, model: str, job: str = "", checkpoint_uri: str = "",
                      formats: tuple[model_pb2.ExportFormat, ...] = (), model_builder: str = "",
                      model_config: Mapping[str, Any] | None = None, display_name: str = "",
                      labels: Mapping[str, str] | None = None, runtime_env: common_pb2.RuntimeEnv | None = None,
-                     request_id: str | None = None) -> model_pb2.ModelVersion:
+                     request_id: str | None = None, working_dir: str = "",
+                     inputs: Sequence[model_pb2.TensorSpec] = (),
+                     validation: model_pb2.ValidationOptions | None = None) -> model_pb2.ModelVersion:
         """Starts exporting a job's best checkpoint (or a checkpoint directory under the storage
-        root, which needs model_builder) as a new version of model; returns it in EXPORTING."""
+        root, which needs model_builder) as a new version of model; returns it in EXPORTING.
+
+        working_dir: where the builder's code is, as a job's: a package URI, or a local project
+        directory, shipped first (Client.ship_directory); it replaces runtime_env's. Default: the
+        job's runtime env. inputs: the static model's inputs, for a builder module without
+        input_spec() (see tensor_spec). validation: how the static model is checked (samples,
+        tolerances, the sizes of dynamic dimensions such as an image width: dynamic_sizes)."""
         request = exporter_service_pb2.ExportModelRequest(
             parent=model_name(model), formats=formats, model_builder=model_builder, display_name=display_name,
-            labels=labels or {}, request_id=request_id or uuid.uuid4().hex,
+            labels=labels or {}, request_id=request_id or uuid.uuid4().hex, inputs=inputs,
         )
         if job:
             request.job = _prefixed("jobs", job)
@@ -63,6 +97,11 @@ class Exporter:
             request.model_config.CopyFrom(structs.to_struct(dict(model_config)))
         if runtime_env is not None:
             request.runtime_env.CopyFrom(runtime_env)
+        if validation is not None:
+            request.validation.CopyFrom(validation)
+        if working_dir:
+            uri = working_dir if "://" in working_dir else self._client.ship_directory(working_dir)
+            request.runtime_env.working_dir = uri
         return self._call(self.stub.ExportModel, request).model_version
 
     def get_model_version(self, name: str) -> model_pb2.ModelVersion:
@@ -169,15 +208,11 @@ class Exporter:
               timeout, poll_interval_s, None)
 
     def serving_endpoint(self, serving_name: str) -> str:
-        """The v2 endpoint of the deployment clients call as model_name serving_name: its own
-        (direct_endpoint, served by its replicas: the faster) when it has one, else Serve's proxy."""
-        seen = []
+        """The v2 gRPC endpoint of the deployment clients call as model_name serving_name."""
         for deployment in self.list_deployments():
-            if deployment.serving_name == serving_name and (deployment.direct_endpoint or deployment.endpoint):
-                return deployment.direct_endpoint or deployment.endpoint
-            seen.append(deployment.serving_name)
-        raise ServiceError(grpc.StatusCode.NOT_FOUND, f"no deployment serves model_name {serving_name!r} "
-                                                      f"(served: {', '.join(seen) or 'none'})")
+            if deployment.serving_name == serving_name and deployment.endpoint:
+                return deployment.endpoint
+        raise ServiceError(grpc.StatusCode.NOT_FOUND, f"no deployment serves model_name {serving_name!r}")
 
     @staticmethod
     def _pages(fetch, field: str, limit: int | None) -> Iterator:

@@ -1,16 +1,33 @@
 """The SDK's Open Inference Protocol v2 client (inference.GRPCInferenceService): the endpoint
-Ray Serve's gRPC proxy serves for every deployment, callable by any stock v2 client too."""
+Ray Serve's HAProxy serves for every deployment, callable by any stock v2 client too.
+
+Serve's HAProxy sends a call to the application its `application` metadata names, and each
+deployment is the application named by its serving_name: every call here carries the model it
+is about (a request's model_name or name), and server-level calls go to the server
+application, which answers them for the whole endpoint."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
 
 from paddleray.inference.v2 import grpc_service_pb2, grpc_service_pb2_grpc
 from paddleray.services.client import tensors
 from paddleray.services.client.errors import ConfigError
+from paddleray.services.exporter.serving.control.serve_config import SERVER_APP
+
+
+class _RouteByModel(grpc.UnaryUnaryClientInterceptor):
+    """`application: <the model the request names>` on every unary call (the server app's name
+    for server-level calls)."""
+
+    def intercept_unary_unary(self, continuation, details, request):
+        application = getattr(request, "model_name", "") or getattr(request, "name", "") or SERVER_APP
+        metadata = tuple(details.metadata or ()) + (("application", application),)
+        return continuation(details._replace(metadata=metadata), request)
 
 
 @dataclass(frozen=True)
@@ -39,7 +56,8 @@ class Inference:
         self.address = address or client.settings.inference_address
         if not self.address:
             raise ConfigError("no inference address: pass --inference-address or set PADDLERAY_INFERENCE_ADDRESS")
-        self.stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(client.open(self.address))
+        self.stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(
+            grpc.intercept_channel(client.open(self.address), _RouteByModel()))
 
     def _call(self, method, request):
         return self._client.call(method, request, address=self.address)

@@ -60,7 +60,7 @@ SpecT = TypeVar("SpecT", bound=_Spec)
 
 
 class ResourcesSpec(_Spec):
-    cpus: float = Field(1.0, ge=0, allow_inf_nan=False)
+    cpus: float = Field(1.0, gt=0, allow_inf_nan=False)
     gpus: float = Field(0.0, ge=0, allow_inf_nan=False)
     memory: int | str = 0
     custom: dict[str, float] = Field(default_factory=dict)
@@ -214,6 +214,16 @@ def _validated(model: type[SpecT], path: Path) -> tuple[SpecT, yaml.Node | None]
         raise SpecError(f"{where}: {'.'.join(shown) or 'spec'}: {message}{extra}") from None
 
 
+def _spec_relative(path: str, base_dir: Path) -> str:
+    """A local path of a spec file (working_dir, a dataset's uri) resolved against the file's
+    folder, as `kubectl apply -f` resolves kustomize paths; a URI (s3://...) is left as it is.
+    A working_dir is then shipped (Client.ship_code); a dataset must lie under the storage root,
+    which CreateJob checks and names."""
+    if "://" in path and not path.startswith("file://"):
+        return path
+    return str((base_dir / path.removeprefix("file://")).resolve())
+
+
 def job_from_spec(spec: JobSpec, base_dir: Path) -> tuple[job_pb2.Job, str]:
     """The Job proto and the requested job id."""
     resources = common_pb2.Resources(
@@ -233,14 +243,13 @@ def job_from_spec(spec: JobSpec, base_dir: Path) -> tuple[job_pb2.Job, str]:
             commit_in_background=spec.checkpoints.commit_in_background,
         ),
         datasets=[
-            common_pb2.Dataset(name=d.name, uri=d.uri,
+            common_pb2.Dataset(name=d.name, uri=_spec_relative(d.uri, base_dir),
                                format=f"DATASET_FORMAT_{d.format.upper()}" if d.format else "DATASET_FORMAT_UNSPECIFIED")
             for d in spec.datasets
         ],
     )
     if spec.working_dir:
-        # Resolved against the spec file's folder, as `kubectl apply -f` resolves kustomize paths.
-        training.runtime_env.working_dir = str((base_dir / spec.working_dir).resolve())
+        training.runtime_env.working_dir = _spec_relative(spec.working_dir, base_dir)
     if spec.init_from is not None:
         if "init_from" not in common_pb2.TrainingSpec.DESCRIPTOR.fields_by_name:
             raise SpecError("init_from: not supported by this version of paddleray (TrainingSpec has no init_from)")

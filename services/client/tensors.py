@@ -9,21 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from paddleray.services.client.errors import ConfigError
+from paddleray.services.common import v2_datatypes
 
-# v2 datatype names <-> numpy dtypes (the protocol's tensor data types; BYTES has no fixed dtype).
-V2_DTYPES: dict[str, np.dtype] = {
-    name: np.dtype(kind) for name, kind in {
-        "BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64,
-        "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-        "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-    }.items()
-}
-# Typed-contents field of each datatype, for responses that do not use raw_output_contents.
-CONTENTS_FIELD = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents",
-}
+# v2 datatype names <-> numpy dtypes (BYTES has no fixed dtype), and the typed-contents field of
+# each, for responses that do not use raw_output_contents: the services' one table.
+V2_DTYPES: dict[str, np.dtype] = {name: np.dtype(dtype) for name, dtype in v2_datatypes.NUMPY.items()}
+CONTENTS_FIELD = v2_datatypes.CONTENTS_FIELD
 
 
 def v2_datatype(array: np.ndarray, name: str = "") -> str:

@@ -1,7 +1,9 @@
 """Channels to paddleray services, plaintext or TLS (optionally mTLS), with a bearer token.
 
-Every client in the project dials through here (the scheduler's trainer client, the local
-stack's health checks, the CLI and SDK), so TLS and tokens work the same everywhere:
+Every gRPC client in services/ dials through here (service-to-service clients through
+peers.PeerSettings: the scheduler's trainer client, the exporter's scheduler client; the local
+stack's health checks, a replica's probe of its port, the CLI and SDK), so TLS and tokens work
+the same everywhere; tests/unit/common/test_one_way_to_connect.py fails on a channel made elsewhere:
 
     channel = open_channel("trainer:50052", tls_ca="ca.pem", client_cert=("me.pem", "me.key"),
                            token="...")          # grpc.aio channel

@@ -1,7 +1,11 @@
 """Domain errors that carry their gRPC status code.
 
 Domain code raises these; one interceptor (interceptors.ErrorMappingInterceptor) turns them
-into statuses, so servicers never build statuses by hand and never leak a traceback.
+into statuses, so servicers never build statuses by hand and never leak a traceback. An
+INVALID_ARGUMENT also carries the machine-readable google.rpc.Status of AIP-193: a
+google.rpc.BadRequest with one field violation (the field's path, the rule), in the
+`grpc-status-details-bin` trailer that grpcio-status's `rpc_status.from_call` and every gRPC
+language's status-details helpers read.
 """
 
 from __future__ import annotations
@@ -9,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 
 class DomainError(Exception):
@@ -30,6 +37,17 @@ class InvalidArgument(DomainError):
         super().__init__(f"{field}: {rule}")
         self.field = field
         self.rule = rule
+
+
+def status_trailers(error: DomainError) -> tuple[tuple[str, str | bytes], ...]:
+    """The trailing metadata of error's rich status: a BadRequest for InvalidArgument, else none."""
+    if not isinstance(error, InvalidArgument):
+        return ()
+    violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.rule)
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    status = status_pb2.Status(code=error.code.value[0], message=error.message, details=[detail])
+    return tuple(rpc_status.to_status(status).trailing_metadata)
 
 
 class NotFound(DomainError):

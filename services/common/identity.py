@@ -1,8 +1,7 @@
 """Who is calling: the identity a credential maps to, and the tenant rules every service applies.
 
-The auth interceptor (interceptors.AuthInterceptor) sets the caller's Identity for the whole
-call in a contextvar; domain and servicer code reads it with `current()` and applies the
-rules below, so no service decides on its own what a role may do:
+Runs in: every service's process. The rules take the caller explicitly, so no rule can act for
+a caller nobody named:
 
 - a read-only caller may read (Get/List/Watch/logs) but not create, cancel, stop or delete
   (`require_write`: PERMISSION_DENIED);
@@ -11,9 +10,14 @@ rules below, so no service decides on its own what a role may do:
 - a resource of another tenant is answered as if it did not exist (`check_visible`:
   NOT_FOUND), and lists are narrowed to the caller's tenant (`list_filter`); admins see all.
 
-With auth off (no token configured, the local default) and in a service's own background work
-(dispatch, reconcile loops: no call, so nothing set) the identity is LOCAL: an admin of the
-"default" tenant, which is what the services did before tenants came from credentials.
+Where the caller comes from: every gRPC call runs as the identity its interceptor set
+(interceptors.AuthInterceptor: the token's; with auth off, interceptors.LocalIdentityInterceptor:
+LOCAL, an admin of the "default" tenant, what the services did before tenants came from
+credentials). A servicer reads it once with `of_call()` and passes it to the domain calls that
+need it. Outside a call there is no caller: `of_call()` raises NoCaller instead of answering
+with an admin, and a service's own background work that must act for someone says whom with
+`acting_as` (the scheduler's trials act as LOCAL: their template was checked with its creator's
+rights at CreateExperiment).
 """
 
 from __future__ import annotations
@@ -57,40 +61,46 @@ class Identity:
 
 LOCAL = Identity(DEFAULT_TENANT, Role.ADMIN, "local")
 
-_current: contextvars.ContextVar[Identity] = contextvars.ContextVar("paddleray_identity", default=LOCAL)
+# No default: outside a call (or a block acting_as someone) there is no caller, never an admin.
+_caller: contextvars.ContextVar[Identity] = contextvars.ContextVar("paddleray_caller")
 
 
-def current() -> Identity:
-    """The identity of the call being served (LOCAL outside calls and with auth off)."""
-    return _current.get()
+class NoCaller(RuntimeError):
+    """Asked for the caller where nobody called: a bug (INTERNAL), not an admin by default."""
+
+
+def of_call() -> Identity:
+    """The caller of the gRPC call being served (or of an acting_as block); NoCaller elsewhere."""
+    try:
+        return _caller.get()
+    except LookupError:
+        raise NoCaller("no caller: this runs outside a gRPC call and no acting_as block names one") from None
 
 
 @contextlib.contextmanager
-def acting_as(identity: Identity) -> Iterator[None]:
-    """Runs the block (and tasks it starts) as identity."""
-    token = _current.set(identity)
+def acting_as(caller: Identity) -> Iterator[None]:
+    """Runs the block (and tasks it starts) as caller."""
+    token = _caller.set(caller)
     try:
         yield
     finally:
-        _current.reset(token)
+        _caller.reset(token)
 
 
-def set_current(identity: Identity) -> contextvars.Token:
+def set_current(caller: Identity) -> contextvars.Token:
     """For interceptors that cannot use a with-block across an async generator's yields."""
-    return _current.set(identity)
+    return _caller.set(caller)
 
 
-def require_write(action: str) -> Identity:
+def require_write(caller: Identity, action: str) -> Identity:
     """The caller, if it may change things; PERMISSION_DENIED for read-only credentials."""
-    caller = current()
     if not caller.can_write:
         raise errors.PermissionDenied(f"{action} needs a member or admin credential; this one is read-only")
     return caller
 
 
-def tenant_for_write(requested: str, field: str) -> str:
+def tenant_for_write(caller: Identity, requested: str, field: str) -> str:
     """The tenant a new resource gets: the caller's, or the one requested if the caller may write it."""
-    caller = current()
     if not requested or requested == caller.tenant:
         return caller.tenant
     if not TENANT_PATTERN.fullmatch(requested):
@@ -102,21 +112,19 @@ def tenant_for_write(requested: str, field: str) -> str:
     )
 
 
-def visible(tenant: str) -> bool:
-    caller = current()
+def visible(caller: Identity, tenant: str) -> bool:
     return caller.is_admin or (tenant or DEFAULT_TENANT) == caller.tenant
 
 
-def check_visible(tenant: str, name: str) -> None:
+def check_visible(caller: Identity, tenant: str, name: str) -> None:
     """NOT_FOUND, worded as for a missing resource, when the caller may not see tenant's resources."""
-    if not visible(tenant):
+    if not visible(caller, tenant):
         raise errors.NotFound(f"{name} not found")
 
 
-def list_filter(requested: str) -> str | None:
+def list_filter(caller: Identity, requested: str) -> str | None:
     """The tenant a list is narrowed to ('' = every tenant, admins only), or None when the
     caller asked for another tenant's resources (the answer is then an empty list)."""
-    caller = current()
     if caller.is_admin:
         return requested
     if requested and requested != caller.tenant:

@@ -41,32 +41,34 @@ def _wrap_handler(
 ) -> grpc.RpcMethodHandler | None:
     if handler is None:
         return None
-    request_deserializer = deserializer(handler.request_deserializer)
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(
-            unary(_as_coroutine(handler.unary_unary)),
-            request_deserializer=request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(
-            unary(_as_coroutine(handler.stream_unary)),
-            request_deserializer=request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(
-            stream(_as_async_iterator(handler.unary_stream)),
-            request_deserializer=request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(
-            stream(_as_async_iterator(handler.stream_stream)),
-            request_deserializer=request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    return handler
+    return _of_kind(handler, lambda b: unary(_as_coroutine(b)), lambda b: stream(_as_async_iterator(b)),
+                    deserializer(handler.request_deserializer)) or handler
+
+
+# A handler's four kinds: the attribute holding its behavior, the maker of a handler of that
+# kind, and whether it answers with a stream.
+_HANDLER_KINDS: tuple[tuple[str, Callable[..., grpc.RpcMethodHandler], bool], ...] = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler, False),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler, False),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler, True),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler, True),
+)
+
+
+def _of_kind(
+    handler: grpc.RpcMethodHandler,
+    unary: Callable[[Callable[..., Any]], Callable[..., Any]],
+    stream: Callable[[Callable[..., Any]], Callable[..., Any]],
+    request_deserializer: Callable[[bytes], Any] | None,
+) -> grpc.RpcMethodHandler | None:
+    """A handler of `handler`'s kind whose behavior is `unary(its behavior)` for one response, or
+    `stream(its behavior)` for a stream of them; None for a handler of no kind."""
+    for kind, make, streams in _HANDLER_KINDS:
+        behavior = getattr(handler, kind)
+        if behavior is not None:
+            return make((stream if streams else unary)(behavior), request_deserializer=request_deserializer,
+                        response_serializer=handler.response_serializer)
+    return None
 
 
 class _Undecodable:
@@ -102,7 +104,11 @@ async def _decoded_stream(requests: AsyncIterator[Any], method: str) -> AsyncIte
 async def _reject_undecodable(request: Any, method: str, context: aio.ServicerContext) -> None:
     if isinstance(request, _Undecodable):
         log.info("%s: undecodable request (%s)", method, request.error)
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid message ({request.error})")
+        await _abort(context, errors.InvalidArgument("request", f"not a valid message ({request.error})"))
+
+
+async def _abort(context: aio.ServicerContext, error: errors.DomainError) -> None:
+    await context.abort(error.code, error.message, trailing_metadata=errors.status_trailers(error))
 
 
 def _as_coroutine(behavior: Callable[..., Any]) -> UnaryBehavior:
@@ -142,14 +148,14 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
 
         async def abort_for(exc: BaseException, context: aio.ServicerContext) -> None:
             if isinstance(exc, errors.DomainError):
-                await context.abort(exc.code, exc.message)
+                await _abort(context, exc)
             if isinstance(exc, NotImplementedError):
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
             translated = errors.translate(exc)
             if translated is not None:
                 # An outage is logged once by whoever watches the dependency, not per call.
                 log.debug("%s: %s (%s)", method, translated.message, type(exc).__name__)
-                await context.abort(translated.code, translated.message)
+                await _abort(context, translated)
             if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
                 # Redis down is a dependency outage the client may retry, not a bug of ours.
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
@@ -189,9 +195,20 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
         return _wrap_handler(handler, unary, stream, _tolerant)
 
 
+class LocalIdentityInterceptor(aio.ServerInterceptor):
+    """With auth off: runs every call as identity.LOCAL (an admin of the default tenant), said
+    here once instead of by a default wherever a caller is asked for."""
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler_call_details.method.startswith(_PUBLIC_SERVICES):
+            return handler  # health and reflection, as AuthInterceptor leaves them: they ask for no caller
+        return _as_identity(handler, identity.LOCAL)
+
+
 class AuthInterceptor(aio.ServerInterceptor):
     """Requires `authorization: Bearer <token>` on every call except health checks and
-    reflection, and runs the call as the token's identity (identity.current())."""
+    reflection, and runs the call as the token's identity (identity.of_call())."""
 
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
@@ -217,8 +234,8 @@ class AuthInterceptor(aio.ServerInterceptor):
 
 
 def _as_identity(handler: grpc.RpcMethodHandler | None, caller: identity.Identity) -> grpc.RpcMethodHandler | None:
-    """The handler, run with caller as identity.current(); every kind of method is wrapped, so
-    none can run as the default (admin) identity by being of a kind not foreseen here."""
+    """The handler, run with caller as identity.of_call(); every kind of method is wrapped, so
+    none runs without a caller by being of a kind not foreseen here."""
     if handler is None:
         return None
 
@@ -245,18 +262,7 @@ def _as_identity(handler: grpc.RpcMethodHandler | None, caller: identity.Identit
 
         return call
 
-    kinds = {
-        "unary_unary": (grpc.unary_unary_rpc_method_handler, response),
-        "unary_stream": (grpc.unary_stream_rpc_method_handler, stream),
-        "stream_unary": (grpc.stream_unary_rpc_method_handler, response),
-        "stream_stream": (grpc.stream_stream_rpc_method_handler, stream),
-    }
-    for kind, (build, wrap) in kinds.items():
-        behavior = getattr(handler, kind)
-        if behavior is not None:
-            return build(wrap(behavior), request_deserializer=handler.request_deserializer,
-                         response_serializer=handler.response_serializer)
-    return None
+    return _of_kind(handler, response, stream, handler.request_deserializer)
 
 
 def _rejecting_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler | None:
@@ -274,20 +280,7 @@ def _rejecting_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodH
         await reject(context)
         yield  # pragma: no cover - makes this an async generator
 
-    kinds = {
-        "unary_unary": (grpc.unary_unary_rpc_method_handler, unary_response),
-        "unary_stream": (grpc.unary_stream_rpc_method_handler, stream_response),
-        "stream_unary": (grpc.stream_unary_rpc_method_handler, unary_response),
-        "stream_stream": (grpc.stream_stream_rpc_method_handler, stream_response),
-    }
-    for kind, (build, behavior) in kinds.items():
-        if getattr(handler, kind) is not None:
-            return build(
-                behavior,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-    return None
+    return _of_kind(handler, lambda _: unary_response, lambda _: stream_response, handler.request_deserializer)
 
 
 class MetricsInterceptor(aio.ServerInterceptor):

@@ -11,9 +11,9 @@ import re
 
 from paddleray.services.common.errors import InvalidArgument
 
-# Resource ids: lower-case, starting with a letter, at most 63 characters (a DNS label), so
-# they fit Kubernetes labels, Ray Serve names and file names alike.
-ID_PATTERN = r"[a-z][a-z0-9-]{0,62}"
+# Resource ids: lower-case, starting with a letter and not ending with '-', at most 63
+# characters (a DNS label), so they fit Kubernetes labels, Ray Serve names and file names alike.
+ID_PATTERN = r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _ID = re.compile(ID_PATTERN)
 _VARIABLE = re.compile(r"\{([a-z_]+)\}")
 # A model version's number, as the last segment of its name and as a v2 model_version.
@@ -28,7 +28,8 @@ _VERSION_NUMBER = re.compile(VERSION_NUMBER_PATTERN)
 def check_id(value: str, field: str) -> str:
     """value when it is a valid resource id; INVALID_ARGUMENT naming field otherwise."""
     if not _ID.fullmatch(value):
-        raise InvalidArgument(field, f"must match {ID_PATTERN} (lower-case letters, digits and '-')")
+        raise InvalidArgument(field, "must be 1-63 lower-case letters, digits and '-', starting with a letter and "
+                              f"not ending with '-' ({ID_PATTERN})")
     return value
 
 

@@ -2,18 +2,25 @@
 
 A package is a zip of a client's project directory, named by the sha256 of the zip's bytes
 (content-addressed: the same content is one package, and a name never changes its content).
-The scheduler stores it at `<storage_root>/packages/sha256-<hex>.zip`; the trainer reads it
-from the same shared storage root and hands that zip to Ray as the workers' working_dir.
+The scheduler stores it at `<storage_root>/packages/sha256-<hex>.zip`; the trainer (a job's
+workers) and the exporter (an export task) read it from the same shared storage root. Ray takes
+neither the URI nor, for a task or an actor, a local path: `stored_package` resolves the URI to
+the stored zip and its file list, the one resolution both services use, and
+`ray_private.upload_working_dir` then names that zip by the URI Ray accepts (gcs://...).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import zipfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from paddleray.services.common import errors
+from paddleray.services.common.storage import Storage, cache_dir, is_uri
 
 URI_PREFIX = "paddleray://packages/"
 NAME_PREFIX = "packages/"
@@ -63,6 +70,64 @@ def directory(storage_root: str | Path) -> Path:
 
 def zip_path(storage_root: str | Path, digest: str) -> Path:
     return directory(storage_root) / f"sha256-{digest}.zip"
+
+
+@dataclass(frozen=True)
+class StoredPackage:
+    """A package URI resolved on this storage root: the zip Ray is given, and its file names."""
+
+    uri: str
+    zip_path: Path
+    files: tuple[str, ...]
+
+
+def stored_package(working_dir: str, storage_root: str | Path, field: str,
+                   imported: Iterable[str] = ()) -> StoredPackage:
+    """The stored zip a package URI names and its files. InvalidArgument naming `field` for a
+    malformed URI or a package whose top-level modules would replace `imported` ones (or those
+    every worker needs); FailedPrecondition when this storage root does not hold it or it
+    cannot be read."""
+    path = local_zip(storage_root, digest_from_uri(working_dir, field))
+    if path is None:
+        raise errors.FailedPrecondition(
+            f"{field}: package {working_dir} is not in this service's storage root ({storage_root}); "
+            "upload it to a scheduler that shares this storage root"
+        )
+    try:
+        files = file_names(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise errors.FailedPrecondition(f"{field}: the stored package cannot be read: {exc}") from exc
+    check_no_shadowing(files, imported, field)
+    return StoredPackage(uri=working_dir, zip_path=path, files=tuple(files))
+
+
+def object_name(digest: str) -> str:
+    """The zip's path relative to the storage root."""
+    return f"packages/sha256-{digest}.zip"
+
+
+def local_zip(storage_root: str | Path, digest: str) -> Path | None:
+    """The stored zip as a local file, None when the root does not hold it: the file itself on
+    a directory root; on an object store, a copy in this node's cache, downloaded once (a
+    package's content never changes: the digest is checked) and published by a rename, used
+    while the object is there."""
+    if not is_uri(storage_root):
+        path = zip_path(storage_root, digest)
+        return path if path.is_file() else None
+    storage = Storage.for_root(storage_root)
+    target = cache_dir("packages") / f"sha256-{digest}.zip"
+    if target.is_file():  # still stored? (a package collected since must not be used)
+        return target if storage.exists(object_name(digest)) else None
+    try:
+        data = storage.read_bytes(object_name(digest))
+    except FileNotFoundError:
+        return None
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise errors.FailedPrecondition(f"the stored package sha256-{digest} does not match its digest")
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, target)
+    return target
 
 
 def file_names(path: Path) -> list[str]:

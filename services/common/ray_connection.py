@@ -39,7 +39,6 @@ import asyncio
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -97,15 +96,18 @@ async def in_daemon_thread(fn: Callable[[], Any], on_abandoned: Callable[[Any], 
         else:
             _hand_over(loop, future, result, None, on_abandoned)
 
-    _start_tracked(run, "paddleray-ray-call")
+    start_daemon_thread(run, "paddleray-ray-call")
     return await future
 
 
-def _start_tracked(target: Callable[[], None], name: str) -> None:
-    """Starts a daemon thread that is in flight (see wait_for_calls_in_flight) until it ends."""
+def start_daemon_thread(target: Callable[..., None], name: str, args: tuple[Any, ...] = ()) -> threading.Thread:
+    """Starts `target(*args)` in a daemon thread that is in flight (see calls_returned)
+    until it ends: the one way a module that uses Ray starts a thread (a worker's user code, a
+    call that waits on the GCS), so none holds up the process's exit and a driver shuts Ray down
+    only once they returned (tests/unit/common/test_one_way_to_ray.py checks it)."""
     def run() -> None:
         try:
-            target()
+            target(*args)
         finally:
             with _IN_FLIGHT_LOCK:
                 _IN_FLIGHT.discard(threading.current_thread())
@@ -114,17 +116,19 @@ def _start_tracked(target: Callable[[], None], name: str) -> None:
     with _IN_FLIGHT_LOCK:
         _IN_FLIGHT.add(thread)
     thread.start()
+    return thread
 
 
-def wait_for_calls_in_flight(timeout_s: float) -> int:
-    """Waits up to timeout_s for the calls in flight to return; how many still run then (a
-    function export waits on a dead GCS with no timeout)."""
+async def calls_returned(timeout_s: float, poll_s: float = 0.05) -> int:
+    """Waits up to timeout_s for the threads in flight now to end; how many still run then (a
+    function export waits on a dead GCS with no timeout). Polled on the event loop: a thread
+    that waited for the others would be in flight itself."""
     deadline = time.monotonic() + timeout_s
     with _IN_FLIGHT_LOCK:
         threads = list(_IN_FLIGHT)
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return sum(t.is_alive() for t in threads)
+    while (still := sum(t.is_alive() for t in threads)) and time.monotonic() < deadline:
+        await asyncio.sleep(poll_s)
+    return still
 
 
 def _hand_over(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result: Any, exc: BaseException | None,
@@ -151,7 +155,7 @@ def free_in_daemon_thread(fn: Callable[[Any], None], arg: Any) -> None:
         except Exception as exc:  # noqa: BLE001 - best effort: the cluster may be gone too
             log.warning("could not free what an abandoned Ray call made: %r", exc)
 
-    _start_tracked(run, "paddleray-ray-cleanup")  # it calls Ray too: in flight like the call
+    start_daemon_thread(run, "paddleray-ray-cleanup")  # it calls Ray too: in flight like the call
 
 
 class RayConnection:
@@ -268,9 +272,7 @@ class RayConnection:
                     await on_lost(reason)
                 except Exception:  # noqa: BLE001 - the driver must be let go of within Ray's minute
                     log.exception("on_lost failed")
-                if still := await asyncio.to_thread(wait_for_calls_in_flight, QUIESCE_S):
-                    log.warning("%d Ray call(s) still wait on the lost cluster; shutting its driver down anyway", still)
-                await in_daemon_thread(_shutdown_quietly)
+                await _shut_down_after_calls("the lost cluster")
                 self.reconnects += 1
                 await self.connect()
                 failing_since = None
@@ -279,7 +281,7 @@ class RayConnection:
         if self._owned:
             self._owned = False
             self._set(False)
-            await in_daemon_thread(_shutdown_quietly)
+            await _shut_down_after_calls("the cluster")
 
     def _set(self, connected: bool) -> None:
         self._connected = connected
@@ -332,9 +334,7 @@ def forget_serve_client() -> None:
     CoreWorkerMemoryStore::Get (stack printed in the log, CI and local). Dropped before every
     ray.init, Serve finds the controller by name on the cluster it is connected to.
     """
-    context = sys.modules.get("ray.serve.context")  # Serve never imported: nothing cached
-    if context is not None:
-        context._set_global_client(None)
+    ray_private.forget_serve_client()
 
 
 class _GcsClosed(ConnectionError):
@@ -343,6 +343,15 @@ class _GcsClosed(ConnectionError):
 
 def _gcs():
     return ray_private.gcs_client()
+
+
+async def _shut_down_after_calls(what: str) -> None:
+    """ray.shutdown() once the calls in flight returned, or QUIESCE_S passed: a call that returns
+    after the shutdown must not land in a driver made meanwhile, nor in none (a GCS call of a
+    dead cluster may never return: abandoned after the bound, in its daemon thread)."""
+    if still := await calls_returned(QUIESCE_S):
+        log.warning("%d Ray call(s) still wait on %s; shutting its driver down anyway", still, what)
+    await in_daemon_thread(_shutdown_quietly)
 
 
 def _shutdown_quietly() -> None:

@@ -12,6 +12,19 @@ fails one test (tests/unit/common/test_ray_private.py) instead of a run at dispa
   set it), so a Ray API used before ray.init fails instead of attaching to any cluster.
 - gcs_client: the connected driver's GCS client, whose key-value calls take a timeout
   (ray.experimental.internal_kv's do not), for the liveness probe of ray_connection.py.
+- serve_controller_running: whether the cluster runs Serve's controller (its actor's name and
+  namespace are Serve-private constants).
+- serve_details / serve_deploy: Serve's whole state (every app's deployed config and replicas)
+  and the declarative multi-app deploy, through Serve's controller client. They are what
+  `serve config`/`serve status` and `serve deploy` do, but Serve exposes them publicly only
+  through the dashboard's REST API (GET/PUT /api/serve/applications/, whose handler calls this
+  same `deploy_apps`): the exporter, a Ray driver already, would need the dashboard running and
+  its address besides. serve.status() (public) lacks the deployed configs and replica ids.
+- serve_grpc_server_class: the gRPC server class of Serve's replicas, whose reuse-port option
+  the replicas correct (exporter/serving/replica/exclusive_ports.py says why).
+- serve_passthrough_service: has Serve's gRPC server answer a service itself rather than route
+  it to the replica (how Serve serves reflection v1alpha; serving/replica/grpc_services.py adds v1 so).
+- forget_serve_client: drops the Serve client this process cached (ray_connection.py says why).
 All are imported when called: importing this module never touches Ray's internals.
 """
 
@@ -50,3 +63,52 @@ def gcs_client() -> Any:
 
     driver: Any = worker.global_worker
     return driver.gcs_client
+
+
+def serve_controller_running() -> bool:
+    """Whether the connected cluster runs Ray Serve's controller actor (asked of the cluster: Serve's
+    cached client in this process may be a previous cluster's)."""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+def serve_details() -> dict[str, Any]:
+    """Serve's instance details (ServeInstanceDetails as a dict); Serve must be running."""
+    from ray.serve import context
+
+    return context._get_global_client().get_serve_details()
+
+
+def serve_deploy(schema: Any) -> None:
+    """Applies a validated ServeDeploySchema: the whole desired set of applications."""
+    from ray.serve import context
+
+    context._get_global_client().deploy_apps(schema)
+
+
+def forget_serve_client() -> None:
+    """Drops the cached Serve controller client, if Serve was ever imported here."""
+    import sys
+
+    context = sys.modules.get("ray.serve.context")  # Serve never imported: nothing cached
+    if context is not None:
+        context._set_global_client(None)
+
+
+def serve_grpc_server_class() -> Any:
+    """Serve's gRPCGenericServer (the replicas' direct-ingress gRPC server)."""
+    from ray.serve._private.grpc_util import gRPCGenericServer
+
+    return gRPCGenericServer
+
+
+def serve_passthrough_service(server: Any, service_name: str) -> None:
+    """Has Serve's gRPC server answer `service_name` itself instead of routing its methods to the
+    replica (gRPCGenericServer.add_passthrough_service, how Serve serves reflection)."""
+    server.add_passthrough_service(service_name)

@@ -18,13 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from paddleray.services.common.channels import server_credentials
 from paddleray.services.common.credentials import Credentials
-from paddleray.services.common.interceptors import AuthInterceptor, ErrorMappingInterceptor, MetricsInterceptor
+from paddleray.services.common.interceptors import (
+    AuthInterceptor,
+    ErrorMappingInterceptor,
+    LocalIdentityInterceptor,
+    MetricsInterceptor,
+)
 from paddleray.services.common.logs import configure_logging
 from paddleray.services.common.metrics import serve_metrics
 from paddleray.services.common.settings import ServiceSettings
@@ -65,12 +71,29 @@ class Server:
             await self.health.set(name, status)
 
 
+# grpcio-reflection serves only v1alpha; grpcurl, Postman and newer clients ask v1 first. The two
+# protocols are the same messages under another package (v1 was copied from v1alpha, field for
+# field), so one servicer answers both, v1 through a generic handler with v1alpha's serializers.
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
+def _enable_reflection(service_names: list[str], server: aio.Server) -> None:
+    servicer = reflection.aio.ReflectionServicer([*service_names, reflection.SERVICE_NAME, REFLECTION_V1])
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    v1 = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": v1}),))
+
+
 def create_server(settings: ServiceSettings, services: Sequence[ServiceRegistration]) -> tuple[Server, int]:
     """Builds and binds the server (not started). Returns it and the bound port."""
     interceptors: list[aio.ServerInterceptor] = [MetricsInterceptor()]
     credentials = Credentials.from_settings(settings)
-    if credentials is not None:
-        interceptors.append(AuthInterceptor(credentials))
+    # Every call runs as someone the server names: the token's identity, or with auth off LOCAL.
+    interceptors.append(AuthInterceptor(credentials) if credentials is not None else LocalIdentityInterceptor())
     interceptors.append(ErrorMappingInterceptor())
     grpc_server = aio.server(interceptors=interceptors, options=_SERVER_OPTIONS)
     names = []
@@ -79,9 +102,7 @@ def create_server(settings: ServiceSettings, services: Sequence[ServiceRegistrat
         names.append(service.full_name)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, grpc_server)
-    reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], grpc_server
-    )
+    _enable_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], grpc_server)
     address = f"{settings.host}:{settings.port}"
     if settings.tls_cert_file is not None and settings.tls_key_file is not None:
         tls = server_credentials(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
@@ -168,14 +189,16 @@ async def _watch_readiness(server: Server, readiness: Callable[[], Awaitable[boo
 
 
 def write_ready_file(path: Path, service: str, host: str, port: int, metrics_port: int | None) -> None:
-    """Writes {"service", "pid", "host", "port", "metrics_port"} atomically, once the server runs.
+    """Writes {"service", "pid", "parent_pid", "host", "port", "metrics_port"} atomically, once the server runs
+    (parent_pid: the supervisor's, for a service of the local stack).
 
     The ports are the ones bound, so a launcher passes port 0 and reads them here: a port chosen
     ahead by the launcher and bound seconds later by the service can be taken in between
     (Ray's processes open ephemeral ports all the time). Written last: a reader that sees the
     file can connect; health says whether it serves (NOT_SERVING while a dependency is down).
     """
-    document = {"service": service, "pid": os.getpid(), "host": host, "port": port, "metrics_port": metrics_port}
+    document = {"service": service, "pid": os.getpid(), "parent_pid": os.getppid(), "host": host, "port": port,
+                "metrics_port": metrics_port}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(document))
     tmp.replace(path)

@@ -30,6 +30,8 @@ MAX_TIMEOUT_S = 30 * 24 * 3600
 # StartRunRequest, a stored Job).
 MAX_STRUCT_DEPTH = 24
 MAX_WORKERS = 1024
+# A worker's (or serving replica's) CPUs when Resources.num_cpus is unset.
+DEFAULT_CPUS = 1.0
 # Per worker. Far above any machine, far below where float sums lose integers or overflow.
 MAX_RESOURCE_AMOUNT = 1e9
 MAX_MEMORY_BYTES = 1 << 50
@@ -58,8 +60,9 @@ def validate_spec(spec: common_pb2.TrainingSpec, field: str = "spec") -> None:
     _max_chars(spec.entrypoint, MAX_NAME_CHARS, f"{field}.entrypoint")
     entrypoints.check_form(spec.entrypoint, f"{field}.entrypoint")
     validate_config(spec.config, f"{field}.config")
-    if not 0 <= spec.num_workers <= MAX_WORKERS:
-        raise InvalidArgument(f"{field}.num_workers", f"must be in 0..{MAX_WORKERS} (0 means 1)")
+    # Explicit presence: unset is 1, an explicit 0 (or less) is refused, not read as 1.
+    if spec.HasField("num_workers") and not 1 <= spec.num_workers <= MAX_WORKERS:
+        raise InvalidArgument(f"{field}.num_workers", f"must be in 1..{MAX_WORKERS} (leave it unset for 1)")
     _validate_resources(spec.resources_per_worker, spec.num_workers or 1, f"{field}.resources_per_worker")
     _validate_runtime_env(spec.runtime_env, f"{field}.runtime_env")
     check_enum(common_pb2.PlacementStrategy, spec.placement_strategy, f"{field}.placement_strategy")
@@ -145,9 +148,22 @@ def _path(value: str, field: str) -> None:
         raise InvalidArgument(field, "must not contain NUL characters")
 
 
+def cpus(resources: common_pb2.Resources) -> float:
+    """A worker's (or replica's) CPUs: num_cpus, or DEFAULT_CPUS when it is unset."""
+    return resources.num_cpus if resources.HasField("num_cpus") else DEFAULT_CPUS
+
+
+def check_cpus(resources: common_pb2.Resources, field: str) -> None:
+    """num_cpus is unset (DEFAULT_CPUS) or above 0: a worker always takes some CPU, and an
+    explicit 0 would otherwise be read as unset, silently."""
+    if resources.HasField("num_cpus") and not resources.num_cpus > 0:
+        raise InvalidArgument(f"{field}.num_cpus", f"must be > 0 (leave it unset for {DEFAULT_CPUS:g})")
+
+
 def _validate_resources(res: common_pb2.Resources, workers: int, field: str) -> None:
     for name in ("num_cpus", "num_gpus"):
         _amount(getattr(res, name), f"{field}.{name}")
+    check_cpus(res, field)
     gpus = res.num_gpus
     if gpus > 1 and not gpus.is_integer():
         raise InvalidArgument(f"{field}.num_gpus", "a fraction of a GPU must be below 1; above 1, whole GPUs only")

@@ -1,4 +1,6 @@
-"""python -m paddleray.services.exporter (console script: paddleray-exporter)."""
+"""Runs in: the exporter process.
+
+python -m paddleray.services.exporter (console script: paddleray-exporter)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ async def serve(settings: ExporterSettings) -> None:
 
 
 def main() -> None:
-    settings = ExporterSettings.from_env_and_flags("paddleray-exporter")
+    settings = ExporterSettings.for_main("paddleray-exporter")
     run(lambda: serve(settings))
 
 

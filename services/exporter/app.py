@@ -1,4 +1,6 @@
-"""ExporterApp: the exporter's parts wired together, with start, stop and readiness.
+"""Runs in: the exporter process.
+
+ExporterApp: the exporter's parts wired together, with start, stop and readiness.
 
 Built inside the event loop (grpc.aio channels and redis.asyncio clients bind to it).
 
@@ -8,6 +10,8 @@ for ExportModel, until connected and while the cluster is away; on a Ray head re
 connection lets go of the lost cluster well before Ray would end this process, `_on_ray_lost`
 fails the exports in flight (WORKER_LOST) and marks deployments UNHEALTHY, and once connected
 to the new cluster the reconciler starts Serve and deploys every recorded deployment again.
+That reconnect happens in a fresh process by default (ray_lost_exit: the exporter exits with
+entry.EXIT_RAY_LOST and its supervisor starts it again, services/localstack/supervisor.py).
 """
 
 from __future__ import annotations
@@ -16,61 +20,79 @@ import asyncio
 import contextlib
 import logging
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from paddleray.services.common import redis_client
+from paddleray.services.common.entry import exit_for_a_fresh_process
 from paddleray.services.common.ray_connection import RayConnection
-from paddleray.services.exporter.deployment_store import DeploymentStore
-from paddleray.services.exporter.deployments import DeploymentManager
-from paddleray.services.exporter.direct_ports import DirectPorts, parse_range
-from paddleray.services.exporter.exports import ExportManager
-from paddleray.services.exporter.models import ModelRegistry
-from paddleray.services.exporter.ray_exports import RayExportRunner
-from paddleray.services.exporter.reconciler import Reconciler
-from paddleray.services.exporter.serving.controller import ServingController
-from paddleray.services.exporter.serving.ownership import ServeOwnership
+from paddleray.services.common.store_health import StoreHealth
+from paddleray.services.exporter.deploy import capacity
+from paddleray.services.exporter.deploy.deployments import DeploymentManager
+from paddleray.services.exporter.deploy.reconciler import Reconciler
+from paddleray.services.exporter.export.exports import ExportManager
+from paddleray.services.exporter.export.ray_exports import RayExportRunner
+from paddleray.services.exporter.export.sources import SchedulerJobs
+from paddleray.services.exporter.registry.models import ModelRegistry
+from paddleray.services.exporter.serving.control.controller import ServingController
+from paddleray.services.exporter.serving.control.ownership import ServeOwnership
+from paddleray.services.exporter.serving.control.serve_config import route_prefix
 from paddleray.services.exporter.settings import ExporterSettings
-from paddleray.services.exporter.sources import SchedulerJobs
-from paddleray.services.exporter.store import RegistryStore
+from paddleray.services.exporter.store.deployment_store import DeploymentStore
+from paddleray.services.exporter.store.registry_store import RegistryStore
 
 log = logging.getLogger(__name__)
+
+# The exporter's loops that retry through a Redis outage.
+_LOOP_LOGGERS = ("paddleray.services.exporter.export.exports", "paddleray.services.exporter.deploy.reconciler")
 
 
 class ExporterApp:
     def __init__(self, settings: ExporterSettings, runner=None) -> None:
         self.settings = settings
-        self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=256)
+        self.redis = redis_client.connect(settings, max_connections=256)
+        # Redis as a dependency: NOT_SERVING while it is away, and one log line per outage
+        # instead of a traceback from every loop's every pass.
+        self.store_health = StoreHealth(self.redis, settings.health_interval_s, service="exporter",
+                                        loop_loggers=_LOOP_LOGGERS)
         self.store = RegistryStore(self.redis)
         self.deployment_store = DeploymentStore(self.redis)
         self.ray = RayConnection(settings.ray_address, namespace="paddleray", service="exporter",
                                  probe_interval_s=settings.ray_probe_interval_s,
                                  lost_after_s=settings.ray_lost_after_s,
                                  retry_interval_s=settings.ray_retry_interval_s)
-        self.jobs = SchedulerJobs(settings.scheduler_address, settings.scheduler_auth_token,
-                                  settings.scheduler_rpc_timeout_s)
+        self.jobs = SchedulerJobs(settings.scheduler)
         self.exports = ExportManager(
             self.store, self.jobs, runner or RayExportRunner(settings.export_num_cpus, connected=lambda: self.ray.connected),
             settings.storage_root, settings.builder_allowlist, settings.replica_id, settings.owner_lease_s,
             settings.export_timeout_s, cluster_connected=lambda: self.ray.connected,
         )
         self.models = ModelRegistry(self.store, settings.storage_root)
+        def shown() -> tuple[str, str]:
+            """(gRPC address, REST base URL) shown on deployments: what clients reach."""
+            local_grpc, local_http = self.controller.local_endpoints()
+            return settings.inference_endpoint or local_grpc, (settings.inference_http_endpoint or local_http).rstrip("/")
+
+        def probed() -> tuple[str, str]:
+            """The same endpoints as this process reaches them (status() asks a model there)."""
+            if not settings.serving_probe_host:
+                return self.controller.local_endpoints()
+            host = settings.serving_probe_host
+            return f"{host}:{self.controller.grpc_port}", f"http://{host}:{self.controller.http_port}"
+
         self.controller = ServingController(grpc_port=settings.serving_grpc_port, http_host=settings.serving_http_host,
-                                            http_port=settings.serving_http_port,
-                                            direct_host=settings.serving_direct_host)
-        self.direct_ports = DirectPorts(self.redis, parse_range(settings.serving_direct_ports), settings.serving_direct_host)
+                                            http_port=settings.serving_http_port, endpoints=probed)
         self.ownership = ServeOwnership()
         self.reconciler = Reconciler(self.deployment_store, self.store, self.controller, self.ray, settings.storage_root,
-                                     settings.reconcile_interval_s, ownership=self.ownership,
-                                     direct_ports=self.direct_ports)
-        def endpoint() -> str:
-            return settings.inference_endpoint or f"127.0.0.1:{self.controller.grpc_port}"
+                                     settings.reconcile_interval_s, ownership=self.ownership)
 
-        async def direct_endpoints() -> dict[str, str]:
-            ports = await self.direct_ports.assigned()
-            return {deployment_id: settings.direct_endpoint(port) for deployment_id, port in ports.items()}
+        def http_endpoint(serving_name: str) -> str:
+            return f"{shown()[1]}{route_prefix(serving_name)}"
 
-        self.deployments = DeploymentManager(self.deployment_store, self.store, endpoint, on_change=self.reconciler.wake,
-                                             live=self.reconciler.live, direct_endpoints=direct_endpoints)
+        self.deployments = DeploymentManager(self.deployment_store, self.store, lambda: shown()[0],
+                                             on_change=self.reconciler.wake, live=self.reconciler.live,
+                                             http_endpoint=http_endpoint,
+                                             before_change=self.reconciler.guard.refuse_changes,
+                                             node_totals=lambda: capacity.node_totals(self.ray))
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -86,17 +108,23 @@ class ExporterApp:
         self._tasks.append(asyncio.create_task(self.reconciler.run()))
 
     async def ready(self) -> bool:
-        """SERVING only while Redis and the Ray cluster can both be reached."""
-        try:
-            await asyncio.wait_for(self.redis.ping(), 2.0)
-        except (RedisError, OSError, TimeoutError):
-            return False
-        return self.ray.connected
+        """SERVING only while Redis and the Ray cluster can both be reached, and the store is not lost."""
+        return await self.store_health.ready() and self.ray.connected and not self.reconciler.guard.lost
 
     async def _on_ray_lost(self, reason: str) -> None:
-        """The cluster went with everything on it (no Ray call here: its GCS is gone)."""
-        await self.exports.cluster_lost(reason)
-        await self.reconciler.cluster_lost(reason)
+        """The cluster went with everything on it (no Ray call here: its GCS is gone).
+
+        Then, with ray_lost_exit (the default), the process ends (entry.EXIT_RAY_LOST) and its
+        supervisor starts a fresh one, which connects to the new cluster and deploys every
+        recorded deployment again: a driver that reconnected in the process that held the dead
+        cluster's driver died of SIGSEGV in 1 of 2 SIGKILLed heads (issue 21 point 3).
+        """
+        try:
+            await self.exports.cluster_lost(reason)
+            await self.reconciler.cluster_lost(reason)
+        finally:
+            if self.settings.ray_lost_exit:
+                exit_for_a_fresh_process(reason)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -107,4 +135,5 @@ class ExporterApp:
             await self.exports.shutdown()
         await self.ray.close()  # after the exports: their tasks are cancelled on the cluster
         await self.jobs.close()
+        self.store_health.close()
         await self.redis.aclose()

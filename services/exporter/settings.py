@@ -1,4 +1,6 @@
-"""Exporter configuration (env prefix PADDLERAY_EXPORTER_)."""
+"""Runs in: the exporter process.
+
+Exporter configuration (env prefix PADDLERAY_EXPORTER_)."""
 
 from __future__ import annotations
 
@@ -6,20 +8,34 @@ import os
 import socket
 import uuid
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from paddleray.services.common.settings import ServiceSettings
+from paddleray.services.common.peers import PeerSettings
+from paddleray.services.common.redis_client import RedisSettings
+from paddleray.services.common.settings import ServiceSettings, StrList
 
 
 def _replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class ExporterSettings(ServiceSettings):
-    model_config = SettingsConfigDict(env_prefix="PADDLERAY_EXPORTER_", extra="ignore")
+class SchedulerPeer(PeerSettings):
+    address: str = Field(
+        "127.0.0.1:50051", description="host:port of the scheduler, read for exports from a job; empty disables them."
+    )
+    auth_token: SecretStr = Field(
+        SecretStr(""), description="The exporter's own credential at the scheduler: a bearer token of an admin "
+        "(it reads the jobs of every tenant), if the scheduler requires tokens."
+    )
 
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding the model registry.")
+
+class ExporterSettings(ServiceSettings, RedisSettings):
+    model_config = SettingsConfigDict(env_prefix="PADDLERAY_EXPORTER_", extra="ignore")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis holding the model registry and deployments; rediss://... for "
+        "TLS. Keep the password out of it: use redis_password."
+    )
     ray_address: str = Field("auto", description="Ray cluster that runs exports and Ray Serve.")
     # The connection to it: paddleray.services.common.ray_connection, as the trainer's.
     ray_probe_interval_s: float = Field(1.0, gt=0, description="How often the exporter checks that its Ray cluster answers.")
@@ -29,28 +45,27 @@ class ExporterSettings(ServiceSettings):
         description="A cluster that does not answer for this long is lost: its exports fail and the exporter reconnects.",
     )
     ray_retry_interval_s: float = Field(2.0, gt=0, description="Wait between attempts to connect to Ray.")
-
-    # Serving (services/exporter/serving): Ray Serve's proxies. The gRPC proxy (the v2 inference
-    # API) binds every interface on this port (Serve has no host option for it); HTTP binds host.
-    serving_grpc_port: int = Field(9000, description="Port of Ray Serve's gRPC proxy (Open Inference Protocol v2).")
-    serving_http_host: str = Field("127.0.0.1", description="Host Ray Serve's HTTP proxy binds (Serve always starts it).")
-    serving_http_port: int = Field(8000, description="Port of Ray Serve's HTTP proxy.")
-    # Each deployment's own v2 endpoint, served by its model replicas (serving/replica_endpoint.py).
-    serving_direct_ports: str = Field(
-        "9100-9199", description="Ports for deployments' own v2 endpoints, FIRST-LAST, one per deployment; empty turns them off.",
+    ray_lost_exit: bool = Field(
+        True,
+        description="On a lost Ray cluster, exit with code 75 once its exports are failed and its deployments marked, "
+                    "to reconnect in a fresh process started by the supervisor (the local stack's, Kubernetes', "
+                    "compose's); false reconnects in the same process.",
     )
-    serving_direct_host: str = Field("127.0.0.1", description="Address deployments' own v2 endpoints bind on the Ray nodes.")
-    direct_endpoint_host: str = Field(
-        "", description="Host shown in deployments' direct_endpoint; defaults to serving_direct_host (127.0.0.1 for 0.0.0.0).",
+
+    # Serving (services/exporter/serving): Ray Serve's HAProxy binds serving_http_host on both
+    # ports (gRPC and REST) and sends each request straight to a replica of the model.
+    serving_grpc_port: int = Field(9000, description="Port of the v2 inference gRPC endpoint (Ray Serve's HAProxy).")
+    serving_http_host: str = Field("127.0.0.1", description="Host the v2 inference endpoints (gRPC and REST) bind.")
+    serving_http_port: int = Field(8000, description="Port of the v2 inference REST endpoint (Ray Serve's HAProxy).")
+    serving_probe_host: str = Field(
+        "", description="Host this exporter reaches the endpoints on, to check a deployment answers before HEALTHY; "
+                        "defaults to serving_http_host (127.0.0.1 for 0.0.0.0).",
     )
 
     # -- export, registry and deployments ----------------------------------------------------
-    scheduler_address: str = Field(
-        "127.0.0.1:50051", description="host:port of the scheduler, read for exports from a job; empty disables them."
-    )
-    scheduler_auth_token: str = Field("", description="Bearer token the scheduler requires, if any.")
-    scheduler_rpc_timeout_s: float = Field(10.0, gt=0, description="Deadline of calls to the scheduler.")
-    builder_allowlist: list[str] = Field(
+    scheduler: SchedulerPeer = Field(default_factory=SchedulerPeer, description="The scheduler service "
+                                     "(PADDLERAY_EXPORTER_SCHEDULER_ADDRESS, _SCHEDULER_AUTH_TOKEN, _SCHEDULER_TLS_CA_FILE, ...).")
+    builder_allowlist: StrList = Field(
         default_factory=lambda: ["paddleray.services.trainer.examples"],
         description="Module prefixes whose model builders exports may call (as the trainer's entrypoint_allowlist).",
     )
@@ -66,18 +81,8 @@ class ExporterSettings(ServiceSettings):
     )
     health_interval_s: float = Field(2.0, gt=0, description="How often Redis and Ray reachability is checked.")
     inference_endpoint: str = Field(
-        "", description="Address of the v2 inference endpoint shown on deployments; defaults to 127.0.0.1:serving_grpc_port."
+        "", description="Address of the v2 inference gRPC endpoint shown on deployments; defaults to this host's serving_grpc_port.",
     )
-
-    @field_validator("serving_direct_ports")
-    @classmethod
-    def _port_range(cls, value: str) -> str:
-        from paddleray.services.exporter.direct_ports import parse_range
-
-        parse_range(value)  # ValueError names the rule
-        return value
-
-    def direct_endpoint(self, port: int) -> str:
-        from paddleray.services.exporter.serving.replica_endpoint import reachable_host
-
-        return f"{self.direct_endpoint_host or reachable_host(self.serving_direct_host)}:{port}"
+    inference_http_endpoint: str = Field(
+        "", description="Base URL (http://host:port) of the v2 REST endpoint shown on deployments; defaults to this host's serving_http_port.",
+    )

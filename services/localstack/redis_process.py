@@ -9,6 +9,7 @@ from pathlib import Path
 
 import redis
 
+from paddleray.services.common.redis_client import RedisSettings, connect_blocking
 from paddleray.services.localstack.ports import PortTaken, free_port, start_on_free_ports, wait_until
 
 # The scheduler's job hash holds the Job proto (a few hundred bytes): above 64 bytes a value
@@ -18,21 +19,23 @@ MEMORY_ARGS = ("--hash-max-listpack-value", "1024")
 INSTALL_HINT = "apt-get install -y redis-server   (or: make setup, which installs it)"
 
 
-def redis_reachable(url: str) -> bool:
+def redis_reachable(given: RedisSettings | str) -> bool:
+    """Whether the Redis (a URL, or settings with its password and CA) answers PING to its credentials."""
+    settings = RedisSettings(redis_url=given) if isinstance(given, str) else given
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+        client = connect_blocking(settings, socket_connect_timeout=0.5)
         try:
             return bool(client.ping())
         finally:
             client.close()
-    except (redis.ConnectionError, redis.TimeoutError, ValueError):
+    except (redis.RedisError, OSError, ValueError):  # refused, unreachable, NOAUTH or a wrong password, a bad URL
         return False
 
 
 def _server_pid(url: str) -> int | None:
     """The process id of the redis-server answering at url, or None if none answers."""
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+        client = connect_blocking(RedisSettings(redis_url=url), socket_connect_timeout=0.5)
         try:
             return int(client.info("server")["process_id"])
         finally:

@@ -30,7 +30,7 @@ async def serve(settings: SchedulerSettings) -> None:
 
 
 def main() -> None:
-    settings = SchedulerSettings.from_env_and_flags("paddleray-scheduler")
+    settings = SchedulerSettings.for_main("paddleray-scheduler")
     run(lambda: serve(settings))
 
 

@@ -9,8 +9,7 @@ import asyncio
 import contextlib
 import functools
 
-import redis.asyncio as aioredis
-
+from paddleray.services.common import redis_client
 from paddleray.services.scheduler import store_health
 from paddleray.services.scheduler.dispatcher import Dispatcher
 from paddleray.services.scheduler.experiment_store import ExperimentStore
@@ -18,8 +17,8 @@ from paddleray.services.scheduler.experiments import ExperimentManager
 from paddleray.services.scheduler.job_inputs import JobInputs
 from paddleray.services.scheduler.job_logs import JobLogs
 from paddleray.services.scheduler.jobs import JobManager
+from paddleray.services.scheduler.object_packages import package_store
 from paddleray.services.scheduler.package_gc import PackageCollector
-from paddleray.services.scheduler.packages import PackageStore
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import JobStore
 from paddleray.services.scheduler.store_health import StoreHealth
@@ -29,22 +28,17 @@ from paddleray.services.scheduler.trainer_client import TrainerClient
 class SchedulerApp:
     def __init__(self, settings: SchedulerSettings) -> None:
         self.settings = settings
-        # Blocking reads (WatchJob's XREAD) each hold a connection for up to a second.
-        self.redis = aioredis.Redis.from_url(settings.redis_url, max_connections=1024, **settings.redis_options())
+        # Waiting readers of events share one blocking read (event_feed.py); the rest are short calls.
+        self.redis = redis_client.connect(settings, max_connections=1024)
         store_health.register()
         self.store_health = StoreHealth(self.redis, settings.store_check_interval_s)
         self.store = JobStore(self.redis, events_cap=settings.events_cap)
-        self.packages = PackageStore(settings.storage_root, settings.package_max_bytes)
+        self.packages = package_store(settings.storage_root, settings.package_max_bytes)
         self.package_collector = PackageCollector(self.packages, self.store, settings.package_retention_s,
                                                   settings.package_gc_interval_s)
         self._collecting: asyncio.Task | None = None
         self.inputs = JobInputs(self.packages, self.store, settings.storage_root, settings.entrypoint_allowlist)
-        client_cert = None
-        if settings.trainer_tls_cert_file is not None and settings.trainer_tls_key_file is not None:
-            client_cert = (settings.trainer_tls_cert_file, settings.trainer_tls_key_file)
-        self.trainer = TrainerClient(settings.trainer_address, settings.trainer_auth_token,
-                                     settings.trainer_rpc_timeout_s, settings.trainer_tls_ca_file, client_cert,
-                                     settings.trainer_tls_server_name)
+        self.trainer = TrainerClient(settings.trainer)
         queued = asyncio.Event()  # set by the job manager, waited on by the dispatcher
         self.manager = JobManager(
             self.store, settings.aging_s_per_priority, settings.stop_wait_s,
@@ -73,5 +67,6 @@ class SchedulerApp:
         await self.experiments.stop()
         await self.dispatcher.stop()
         await self.trainer.close()
+        await self.store.feed.close()
         await self.redis.aclose()
         self.store_health.close()

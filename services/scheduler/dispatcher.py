@@ -3,13 +3,19 @@
 One pass: move RETRYING jobs whose backoff ended back into the queue, read the queue's head
 (dispatch_window jobs in effective-priority order), ask the trainer for the cluster's
 resources, and claim jobs in order of their tenant's running jobs (fewest first), then queue
-order. A claim (lua/claim_job.lua) admits a job only when everything STARTING/RUNNING jobs
+order. Before a claim, the job's workers must fit the nodes' free resources under its placement
+strategy (node_fit.py: a rank needing 2 CPUs does not go to two nodes with 1 free each; the
+job says why), counting what this replica sent that Ray has not placed yet. A claim
+(lua/claim_job.lua) admits a job only when everything STARTING/RUNNING jobs
 already hold plus all of its workers fit the cluster, counted in exact milli-units, and its
 tenant is under its limits; it reserves, leases and marks the job STARTING in one step, so
 two replicas never dispatch one job. A job that does not fit stays queued while smaller
 ones behind it may start (backfill). A job that could not fit even the empty cluster is
-passed over, with the reason on the job ("needs 64 CPUs; the cluster has 2"), and never holds
-others back.
+parked: moved out of the queue into a set of its own (keys.parked), with the reason on the job
+("needs 64 CPUs; the cluster has 2"), so that any number of them never hold others back nor
+cost a pass its reads. Parked jobs are checked again whenever the cluster's shape (its totals,
+its largest node) changes, and every `parked_recheck_s`: those that fit go back into the queue
+at their old position.
 
 Each claimed job gets a RunFollower task. Leases are renewed every lease_ttl/3; leases that
 expired (a crashed replica) are taken over and their jobs followed from where they were.
@@ -27,10 +33,11 @@ from redis.exceptions import RedisError
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common.cancellation import raise_if_cancelled
+from paddleray.services.common.resources import Amounts, from_cluster, milli
 from paddleray.services.scheduler import metrics
 from paddleray.services.scheduler.follower import RunFollower, deadline_s
 from paddleray.services.scheduler.jobs import IllegalTransition, JobManager
-from paddleray.services.scheduler.resources import Amounts, from_cluster, milli, never_fits
+from paddleray.services.scheduler.node_fit import Demand, NodeView, never_fits, node_view, slot
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import Claim, JobRecord
 from paddleray.services.scheduler.trainer_client import TrainerClient
@@ -40,9 +47,14 @@ log = logging.getLogger(__name__)
 J = job_pb2.JobState
 _STATS_EVERY_S = 5.0
 _STOP_WAIT_S = 5.0
-# How far past the window a pass looks for jobs that can run, in windows (bounds a pass's reads
-# when the queue's head is all jobs the cluster can never hold).
+# How far past the window a pass looks for jobs that can run, in windows: bounds one pass's
+# reads and writes while it parks the jobs the cluster can never hold (the next pass goes on at
+# once, so a queue of any depth is parked in passes of this size).
 _SCAN_WINDOWS = 16
+_PARKED_CHUNK = 256
+# With an empty queue, how often parked jobs are checked against the cluster (shape changes
+# show within this; a pass with queued jobs reads the cluster anyway and checks at once).
+_IDLE_PARKED_CHECK_S = 5.0
 
 
 class Dispatcher:
@@ -55,10 +67,18 @@ class Dispatcher:
         self.settings = settings
         self.owner = settings.replica_id
         self.lease_ms = int(settings.lease_ttl_s * 1000)
-        self.follower = RunFollower(manager, trainer, settings)
+        self.follower = RunFollower(manager, trainer, settings, placed=self._placed)
+        # Claimed jobs whose workers Ray has not placed yet: the trainer's per-node view does not
+        # show what they will take, so every pass books them first (node_fit.NodeView).
+        self._placing: dict[str, Demand] = {}
         self.following: dict[str, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
         self._wake = wake
+        # The cluster's shape when parked jobs were last checked (None: not since start-up).
+        self._parked_for: tuple[int, ...] | None = None
+        self._parked_checked = self._idle_look = 0.0
+        # A pass stopped at its scan bound while parking: the next one starts at once.
+        self._more = False
 
     async def start(self) -> None:
         self._tasks = [asyncio.create_task(self._dispatch_loop(), name="dispatch"),
@@ -94,20 +114,38 @@ class Dispatcher:
                     last_stats = time.monotonic()
             except (RedisError, OSError, aio.AioRpcError) as exc:
                 log.warning("dispatch pass failed: %s", exc)
+            if self._more:
+                await asyncio.sleep(0)
+                continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.dispatch_interval_s):
                     await self._wake.wait()
 
     async def dispatch_once(self) -> int:
         """One pass; returns how many jobs were claimed."""
+        self._more = False
+        cluster = None
         if not await self.store.queue_head(1):
-            return 0
-        cluster = await self.trainer.cluster_resources()
+            # Nothing to claim; parked jobs are still checked now and then (the cluster may
+            # have grown), without asking the trainer on every pass.
+            if time.monotonic() - self._idle_look >= _IDLE_PARKED_CHECK_S and await self.store.parked_count():
+                self._idle_look = time.monotonic()
+                cluster = await self.trainer.cluster_resources()
+                await self._recheck_parked(cluster)
+            if not await self.store.queue_head(1):
+                return 0
+        if cluster is None:
+            cluster = await self.trainer.cluster_resources()
+            await self._recheck_parked(cluster)
         reserved = await self.store.reserved()
         # Ray's `available` already excludes what running jobs hold, but not what a job just
         # claimed holds before its actors exist; `total` minus everything we reserved covers
         # that. The Lua claim checks reserved + demand against this capacity atomically.
         capacity = Amounts.minimum(from_cluster(cluster.total), from_cluster(cluster.available) + reserved)
+        nodes = node_view(cluster)
+        for demand in self._placing.values():
+            nodes.take(demand)
+        count_memory = cluster.total.memory_bytes > 0
         records = await self._window(cluster)
         usage = await self.store.tenant_jobs(sorted({r.job.tenant for r in records}))
         position = {r.job_id: i for i, r in enumerate(records)}
@@ -118,7 +156,7 @@ class Dispatcher:
             record = records.pop(0)
             if record.job.tenant in blocked_tenants:
                 continue
-            status = await self._claim(record, capacity)
+            status = await self._claim(record, capacity, nodes, Demand.of(record.job.spec, count_memory))
             if status == "ok":
                 usage[record.job.tenant] = usage.get(record.job.tenant, 0) + 1
                 claimed += 1
@@ -135,36 +173,78 @@ class Dispatcher:
     async def _window(self, cluster: ts.GetClusterResourcesResponse) -> list[JobRecord]:
         """The first dispatch_window queued jobs that could run on this cluster, in queue order.
 
-        A job that cannot run even on the empty cluster is passed over (so any number of them
-        never fill the window) and is no starvation candidate (so it never holds smaller jobs
-        back); it stays queued, its state_reason saying why, until the cluster grows."""
+        A job that cannot run even on the empty cluster is parked (so any number of them never
+        fill the window nor cost later passes anything) and is no starvation candidate (so it
+        never holds smaller jobs back); it stays QUEUED, its state_reason saying why, until
+        the cluster grows."""
         window = self.settings.dispatch_window
         fit: list[JobRecord] = []
-        offset = 0
-        while len(fit) < window and offset < window * _SCAN_WINDOWS:
+        offset = scanned = 0
+        while len(fit) < window:
+            if scanned >= window * _SCAN_WINDOWS:
+                self._more = True
+                break
             ids = await self.store.queue_head(window, offset)
-            offset += len(ids)
+            scanned += len(ids)
+            unfit: list[tuple[JobRecord, str]] = []
             for record in await self.store.get_many(ids):
                 if record is None:
                     continue
                 reason = never_fits(record.job.spec, cluster)
-                if not reason:
+                if reason:
+                    unfit.append((record, reason))
+                else:
                     fit.append(record)
-                elif await self.manager.explain_waiting(record, reason):
-                    log.info("%s cannot run on this cluster: %s", record.job.name, reason)
+            parked = await self.manager.park(unfit)
+            for (record, reason), done in zip(unfit, parked, strict=True):
+                if done:
+                    log.info("%s cannot run on this cluster, parked: %s", record.job.name, reason)
+            # Parked jobs left the queue: the next read starts where the kept ones end.
+            offset += len(ids) - sum(parked)
             if len(ids) < window:
                 break
         return fit[:window]
 
-    async def _claim(self, record: JobRecord, capacity: Amounts) -> str:
+    async def _recheck_parked(self, cluster: ts.GetClusterResourcesResponse) -> None:
+        """Puts parked jobs that fit the cluster back into the queue, when its shape changed
+        (or parked_recheck_s passed); ends those whose timeout passed meanwhile."""
+        shape = _shape(cluster)
+        if shape[0] <= 0:
+            return  # a cluster that reports no CPUs is not known yet (never_fits judges nothing)
+        due = time.monotonic() - self._parked_checked >= self.settings.parked_recheck_s
+        if shape == self._parked_for and not due:
+            return
+        self._parked_for, self._parked_checked = shape, time.monotonic()
+        offset = 0
+        while ids := await self.store.parked(_PARKED_CHUNK, offset):
+            fit: list[JobRecord] = []
+            left = 0
+            for record in await self.store.get_many(ids):
+                if record is None:
+                    continue
+                deadline = deadline_s(record.job)
+                if deadline is not None and time.time() >= deadline:
+                    await self._time_out(record)
+                    left += 1
+                elif not never_fits(record.job.spec, cluster):
+                    fit.append(record)
+            back = await self.manager.unpark(fit)
+            for record, done in zip(fit, back, strict=True):
+                if done:
+                    log.info("%s may fit the cluster now: back in the queue", record.job.name)
+            offset += len(ids) - left - sum(back)
+            if len(ids) < _PARKED_CHUNK:
+                break
+
+    async def _claim(self, record: JobRecord, capacity: Amounts, nodes: NodeView, demand: Demand) -> str:
         job = record.job
+        if not nodes.fits(demand):
+            await self.manager.explain_waiting(record, nodes.why_not(demand))
+            return "no_room"
         deadline = deadline_s(job)
         if deadline is not None and time.time() >= deadline:
             # A retry whose backoff outlasted the job's timeout.
-            with contextlib.suppress(IllegalTransition):
-                await self.manager.transition(record.job_id, J.JOB_STATE_TIMED_OUT,
-                                              f"ran past its timeout of {job.timeout.ToJsonString()}")
-                metrics.TIMEOUTS.inc()
+            await self._time_out(record)
             return "timed_out"
         limits = self.settings.limits_for(job.tenant)
         result = await self.manager.claim(
@@ -172,10 +252,18 @@ class Dispatcher:
             Claim(capacity, limits.max_jobs, milli(limits.max_gpus) if limits.max_gpus >= 0 else -1),
         )
         if result.ok:
+            nodes.take(demand)
+            self._placing[record.job_id] = demand
             metrics.TIME_IN_QUEUE.observe(_waited_s(record))
             log.info("claimed %s (attempt %d)", job.name, len(job.attempts) + 1)
             self._follow(record.job_id)
         return result.status
+
+    async def _time_out(self, record: JobRecord) -> None:
+        with contextlib.suppress(IllegalTransition):
+            await self.manager.transition(record.job_id, J.JOB_STATE_TIMED_OUT,
+                                          f"ran past its timeout of {record.job.timeout.ToJsonString()}")
+            metrics.TIMEOUTS.inc()
 
     # -- following and leases -------------------------------------------------------------
 
@@ -189,7 +277,13 @@ class Dispatcher:
     def _followed(self, job_id: str, task: asyncio.Task) -> None:
         if self.following.get(job_id) is task:
             del self.following[job_id]
+        self._placed(job_id)
         self._wake.set()  # a job ending frees room for queued ones
+
+    def _placed(self, job_id: str) -> None:
+        """The job's run got its placement (or it is no longer followed here): the trainer's
+        per-node view shows what it holds from now on."""
+        self._placing.pop(job_id, None)
 
     async def _lease_loop(self) -> None:
         every = self.settings.lease_ttl_s / 3
@@ -220,6 +314,15 @@ class Dispatcher:
             if state != J.JOB_STATE_UNSPECIFIED:
                 metrics.JOBS_BY_STATE.labels(state=J.Name(state).removeprefix("JOB_STATE_")).set(count)
         metrics.QUEUE_DEPTH.set(await self.store.queue_depth())
+        metrics.PARKED.set(await self.store.parked_count())
+
+
+def _shape(cluster: ts.GetClusterResourcesResponse) -> tuple:
+    """What decides whether a job can ever fit (node_fit.never_fits): the totals and each node's
+    total, custom resources included (a node with the 'tpu' a parked job asks for joined)."""
+    total = from_cluster(cluster.total)
+    nodes = sorted(tuple(sorted(slot(node.total).items())) for node in cluster.nodes)
+    return (total.cpu_m, total.gpu_m, total.mem, tuple(sorted(slot(cluster.total).items())), tuple(nodes))
 
 
 def _waited_s(record: JobRecord) -> float:

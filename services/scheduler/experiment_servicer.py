@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from paddleray.scheduler.v1 import experiment_service_pb2 as pb
 from paddleray.scheduler.v1 import experiment_service_pb2_grpc
+from paddleray.services.common.identity import of_call
 from paddleray.services.common.server import ServiceRegistration
 from paddleray.services.scheduler import tenancy
 from paddleray.services.scheduler.experiments import ExperimentManager
@@ -15,24 +16,24 @@ class ExperimentServicer(experiment_service_pb2_grpc.ExperimentServiceServicer):
 
     async def CreateExperiment(self, request: pb.CreateExperimentRequest, context) -> pb.CreateExperimentResponse:
         given = request.experiment if request.HasField("experiment") else None
-        tenant = tenancy.prepare_experiment(given)
+        tenant = tenancy.prepare_experiment(of_call(), given)
         experiment = await self._experiments.create(given, request.experiment_id, request.request_id)
         tenancy.check_created(tenant, tenancy.experiment_tenant(experiment))
         return pb.CreateExperimentResponse(experiment=experiment)
 
     async def GetExperiment(self, request: pb.GetExperimentRequest, context) -> pb.GetExperimentResponse:
-        return pb.GetExperimentResponse(experiment=await tenancy.visible_experiment(self._experiments, request.name))
+        return pb.GetExperimentResponse(experiment=await tenancy.visible_experiment(of_call(), self._experiments, request.name))
 
     async def ListExperiments(self, request: pb.ListExperimentsRequest, context) -> pb.ListExperimentsResponse:
         experiments, token = await self._experiments.list(request.page_size, request.page_token, request.states)
-        return pb.ListExperimentsResponse(experiments=tenancy.visible_experiments(experiments), next_page_token=token)
+        return pb.ListExperimentsResponse(experiments=tenancy.visible_experiments(of_call(), experiments), next_page_token=token)
 
     async def CancelExperiment(self, request: pb.CancelExperimentRequest, context) -> pb.CancelExperimentResponse:
-        await tenancy.writable_experiment(self._experiments, request.name, "CancelExperiment")
+        await tenancy.writable_experiment(of_call(), self._experiments, request.name, "CancelExperiment")
         return pb.CancelExperimentResponse(experiment=await self._experiments.cancel(request.name, request.reason))
 
     async def DeleteExperiment(self, request: pb.DeleteExperimentRequest, context) -> pb.DeleteExperimentResponse:
-        await tenancy.writable_experiment(self._experiments, request.name, "DeleteExperiment")
+        await tenancy.writable_experiment(of_call(), self._experiments, request.name, "DeleteExperiment")
         await self._experiments.delete(request.name)
         return pb.DeleteExperimentResponse()
 

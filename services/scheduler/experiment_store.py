@@ -76,10 +76,12 @@ class ExperimentStore:
         self._better_checkpoint = client.register_script(_script("better_checkpoint.lua"))
 
     async def create(
-        self, experiment: experiment_pb2.Experiment, plan: list[TrialParameters], request_id: str
-    ) -> tuple[str, str]:
-        """Writes a RUNNING experiment and its plan. Returns ("created", id),
-        ("duplicate", id first created with request_id) or ("exists", id)."""
+        self, experiment: experiment_pb2.Experiment, plan: list[TrialParameters], request_id: str,
+        fingerprint: str = "",
+    ) -> tuple[str, str, str]:
+        """Writes a RUNNING experiment and its plan (with a request_id, the request's fingerprint
+        beside it). Returns ("created", id, ""), ("duplicate", id first created with request_id,
+        the fingerprint of the request that created it) or ("exists", id, "")."""
         experiment_id = experiment.name.removeprefix("experiments/")
         member = f"{experiment.create_time.ToMilliseconds():015d}:{experiment_id}"
         result = await self._create(
@@ -88,10 +90,13 @@ class ExperimentStore:
                   keys.experiment_state_set(E.EXPERIMENT_STATE_RUNNING)],
             args=[experiment_id, experiment.SerializeToString(), member, len(plan),
                   experiment.max_concurrent_trials, "1" if request_id else "0", self.request_ttl_s,
-                  keys.experiment_prefix(), E.EXPERIMENT_STATE_RUNNING, *(json.dumps(p) for p in plan)],
+                  keys.experiment_prefix(), E.EXPERIMENT_STATE_RUNNING, fingerprint,
+                  *(json.dumps(p) for p in plan)],
         )
         status = _text(result[0])
-        return status, _text(result[1]) if status == "duplicate" else experiment_id
+        if status == "duplicate":
+            return status, _text(result[1]), _text(result[2])
+        return status, experiment_id, ""
 
     async def get(self, experiment_id: str) -> ExperimentRecord | None:
         values = await self.redis.hmget(keys.experiment(experiment_id), _FIELDS)

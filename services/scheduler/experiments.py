@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
-from paddleray.services.common import errors, names, paging
+from paddleray.services.common import errors, idempotency, identity, names, paging
 from paddleray.services.common.logs import log_context
 from paddleray.services.scheduler import asha, keys, search
 from paddleray.services.scheduler.experiment_store import ExperimentRecord, ExperimentStore
@@ -93,8 +93,7 @@ class ExperimentManager:
             raise errors.InvalidArgument("experiment", "required")
         if experiment_id:  # the same form as job ids: trial job ids are derived from it
             names.check_id(experiment_id, "experiment_id")
-        if len(request_id) > 128:
-            raise errors.InvalidArgument("request_id", "at most 128 characters")
+        idempotency.check_request_id(request_id)
         # A plan of 10,000 trials takes seconds to expand and check: off the event loop.
         plan = await asyncio.to_thread(validate_experiment, experiment)
         # The template's package and init_from, checked as CreateJob will check every trial's.
@@ -103,12 +102,15 @@ class ExperimentManager:
         stored.CopyFrom(experiment)
         for output_only in ("state", "state_reason", "trials_by_state", "best_trial", "end_time"):
             stored.ClearField(output_only)
+        fingerprint = idempotency.fingerprint(stored, experiment_id)
         stored.name = names.EXPERIMENT.format(experiment=experiment_id or f"exp-{uuid.uuid4().hex[:12]}")
         stored.create_time.CopyFrom(now_ts())
         stored.total_trials = len(plan)
-        status, found_id = await self.store.create(stored, plan, request_id)
+        status, found_id, first = await self.store.create(stored, plan, request_id, fingerprint)
         if status == "exists":
             raise errors.AlreadyExists(f"{stored.name} already exists")
+        if status == "duplicate":
+            idempotency.check_repeat(first, fingerprint)
         if status == "created":
             log.info("experiment %s created with %d trials", stored.name, len(plan))
             await self.fill(found_id)
@@ -194,10 +196,13 @@ class ExperimentManager:
         job.display_name = f"{experiment.display_name or experiment_id} trial {index}"[:MAX_DISPLAY_NAME]
         job_id = f"{trial_job_prefix(experiment_id)}{index}"
         try:
-            await self.jobs.create_trial(
-                job, experiment.name, search.to_trial_parameters(parameters), job_id=job_id,
-                request_id=f"{experiment.name}/trials/{index}",
-            )
+            # The scheduler creates the trial, outside any call: it acts as LOCAL, said here. The
+            # template was checked with its creator's rights at CreateExperiment (create above).
+            with identity.acting_as(identity.LOCAL):
+                await self.jobs.create_trial(
+                    job, experiment.name, search.to_trial_parameters(parameters), job_id=job_id,
+                    request_id=f"{experiment.name}/trials/{index}",
+                )
         except errors.AlreadyExists:
             existing = await self.jobs.find(job_id)
             if existing is None or existing.experiment != experiment.name:

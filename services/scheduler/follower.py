@@ -12,8 +12,11 @@ follower whose lease was taken over can change nothing (LeaseLost) and just ends
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TypeVar
 
 import grpc
 from grpc import aio
@@ -40,12 +43,61 @@ from paddleray.trainer.v1 import run_pb2
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 J = job_pb2.JobState
 R = run_pb2.RunState
 F = common_pb2.FailureKind
 _RECONNECT_S = 0.5
 # StartRun answered with a transient code is asked again after 0.5 s, 1 s, 2 s, ... up to this.
 _START_BACKOFF_MAX_S = 10.0
+# At most this many run events taken into one persisting pass (metrics events among them into one write).
+_MAX_BATCH = 256
+
+
+class _StreamEnd:
+    """What batched() queues when its stream ended: normally (error None) or with an error."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+async def batched(stream: AsyncIterator[T], limit: int) -> AsyncGenerator[list[T], None]:
+    """The items of `stream` in lists: each list is what arrived while the consumer handled the
+    previous one (one item when it keeps up, more when it falls behind), at most `limit`.
+    The stream is read ahead by a task, up to `limit` items; an error of the stream is raised
+    after the items before it were handed out."""
+    queue: asyncio.Queue[T | _StreamEnd] = asyncio.Queue(limit)
+
+    async def read() -> None:
+        try:
+            async for item in stream:
+                await queue.put(item)
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer, in order
+            await queue.put(_StreamEnd(exc))
+        else:
+            await queue.put(_StreamEnd(None))
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while True:
+            items: list = [await queue.get()]
+            while len(items) < limit and not queue.empty() and not isinstance(items[-1], _StreamEnd):
+                items.append(queue.get_nowait())
+            end = items.pop() if isinstance(items[-1], _StreamEnd) else None
+            if items:
+                yield items
+            if end is not None:
+                if end.error is not None:
+                    raise end.error
+                return
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
 
 
 class _Gone(Exception):
@@ -83,8 +135,11 @@ def deadline_s(job: job_pb2.Job) -> float | None:
 
 
 class RunFollower:
-    def __init__(self, manager: JobManager, trainer: TrainerClient, settings: SchedulerSettings) -> None:
+    def __init__(self, manager: JobManager, trainer: TrainerClient, settings: SchedulerSettings,
+                 placed: Callable[[str], None] | None = None) -> None:
+        """placed(job_id): called once the job's run has left PENDING (its workers are placed)."""
         self.manager = manager
+        self.placed = placed
         self.store = manager.store
         self.trainer = trainer
         self.settings = settings
@@ -202,9 +257,15 @@ class RunFollower:
 
     async def _watch(self, job_id: str, run: str, after: int) -> None:
         try:
-            async for event in self.trainer.watch_run(run, after):
-                raise_if_cancelled()  # a busy run never pauses for a cancellation to land
-                await self._persist(job_id, event)
+            async with contextlib.aclosing(batched(self.trainer.watch_run(run, after), _MAX_BATCH)) as batches:
+                async for batch in batches:
+                    raise_if_cancelled()  # a busy run never pauses for a cancellation to land
+                    if self.placed is not None and any(
+                        event.state_change.to_state not in (R.RUN_STATE_UNSPECIFIED, R.RUN_STATE_PENDING)
+                        for event in batch
+                    ):
+                        self.placed(job_id)
+                    await self._persist_batch(job_id, batch)
         except aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED and cancelling():
                 # grpc.aio reports our own task's cancellation as a CANCELLED call.
@@ -227,6 +288,43 @@ class RunFollower:
             return
         if state not in states.RUN_TERMINAL:
             await asyncio.sleep(_RECONNECT_S)
+
+    async def _persist_batch(self, job_id: str, batch: list[run_pb2.RunEvent]) -> None:
+        """Persists events in their order: a run of metrics events in one write, others one by one."""
+        metrics_run: list[run_pb2.RunEvent] = []
+        for event in batch:
+            if event.WhichOneof("payload") == "metrics":
+                metrics_run.append(event)
+                continue
+            if metrics_run:
+                await self._persist_metrics(job_id, metrics_run)
+                metrics_run = []
+            await self._persist(job_id, event)
+        if metrics_run:
+            await self._persist_metrics(job_id, metrics_run)
+
+    async def _persist_metrics(self, job_id: str, events: list[run_pb2.RunEvent]) -> None:
+        """Makes metrics events part of the job, exactly once, in one compare-and-set write (one
+        read and one Lua call for however many arrived while the last write was made: with
+        hundreds of runs reporting, a write per report was the scheduler's load, bench concurrency)."""
+        if len(events) == 1:
+            await self._persist(job_id, events[0])
+            return
+        while True:
+            record = await self._mine(job_id)
+            new = [event for event in events if event.sequence > record.run_seq]
+            if not new:
+                return
+            attempt = record.job.attempts[-1].number
+            job = job_pb2.Job()
+            job.CopyFrom(record.job)
+            job.latest_metrics.CopyFrom(new[-1].metrics)
+            job_events = [job_pb2.JobEvent(time=event.time, attempt=attempt, metrics=event.metrics) for event in new]
+            if await self.manager.update(record, job, job_events, owner=self.owner,
+                                         fields={"run_seq": new[-1].sequence}):
+                for event in new:
+                    await self.manager.hooks.metrics(job.name, attempt, event.metrics)
+                return
 
     async def _persist(self, job_id: str, event: run_pb2.RunEvent) -> None:
         """Makes one run event part of the job, exactly once (run_seq is written with it)."""

@@ -15,13 +15,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from google.protobuf import timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common import errors, names, paging, states
+from paddleray.services.common import errors, idempotency, names, paging, states
 from paddleray.services.common.cancellation import raise_if_cancelled
 from paddleray.services.scheduler import validation
 from paddleray.services.scheduler.hooks import JobHooks
@@ -141,14 +141,17 @@ class JobManager:
         return await self._create(job, job_id, request_id, experiment, trial_parameters)
 
     async def _create(self, job, job_id, request_id, experiment, trial_parameters) -> job_pb2.Job:
-        spec = await self.prepare_spec(job.spec, "job.spec")
         stored = job_pb2.Job(
-            display_name=job.display_name, spec=spec, priority=job.priority, tenant=job.tenant or "default",
+            display_name=job.display_name, spec=job.spec, priority=job.priority, tenant=job.tenant or "default",
             labels=job.labels, retry_policy=job.retry_policy, experiment=experiment,
             trial_parameters=trial_parameters or {},
         )
         if job.HasField("timeout"):
             stored.timeout.CopyFrom(job.timeout)
+        # The request as asked, before its references are resolved (a retry may find init_from's
+        # job with a newer checkpoint): a repeated request_id must repeat exactly this.
+        fingerprint = idempotency.fingerprint(stored, job_id)
+        stored.spec.CopyFrom(await self.prepare_spec(job.spec, "job.spec"))
         stored.name = names.JOB.format(job=job_id or f"job-{uuid.uuid4().hex[:16]}")
         stored.state = J.JOB_STATE_QUEUED
         stored.create_time.CopyFrom(now_ts())
@@ -158,8 +161,9 @@ class JobManager:
         score = stored.create_time.ToMilliseconds() / 1000 - stored.priority * self.aging_s_per_priority
         event = state_event(J.JOB_STATE_UNSPECIFIED, J.JOB_STATE_QUEUED, "created", 0)
         event.time.CopyFrom(stored.create_time)
-        status, existing = await self.store.create(stored, event, score, request_id)
+        status, existing, first = await self.store.create(stored, event, score, request_id, fingerprint)
         if status == "duplicate" and existing is not None:
+            idempotency.check_repeat(first, fingerprint)
             return existing
         if status == "exists":
             # redis-py resends a command after a dropped connection; if the first send was
@@ -258,6 +262,17 @@ class JobManager:
         job.CopyFrom(record.job)
         job.state_reason = reason
         return self._settled(await self.store.update(record, job), record.job_id)
+
+    async def park(self, unfit: Sequence[tuple[JobRecord, str]]) -> list[bool]:
+        """Takes queued jobs the cluster can never hold, as it is, out of the queue into the
+        parked set, each one's state_reason saying why (state and update_time stay); one round
+        trip. Per job, False when it changed meanwhile or is no longer queued."""
+        return await self.store.park([(record, _with_reason(record.job, reason)) for record, reason in unfit])
+
+    async def unpark(self, records: Sequence[JobRecord]) -> list[bool]:
+        """Puts parked jobs back into the queue at their old positions, their reasons cleared
+        (the cluster changed: they may fit now)."""
+        return await self.store.unpark([(record, _with_reason(record.job, "")) for record in records])
 
     async def claim(self, record: JobRecord, owner: str, lease_ms: int, limits: Claim) -> WriteResult:
         """Moves a waiting job to STARTING with a new attempt, if it fits `limits` (cluster
@@ -413,3 +428,10 @@ class JobManager:
                     return
             if not events and await self.store.get(job_id) is None:
                 return  # deleted while watched
+
+
+def _with_reason(job: job_pb2.Job, reason: str) -> job_pb2.Job:
+    changed = job_pb2.Job()
+    changed.CopyFrom(job)
+    changed.state_reason = reason
+    return changed

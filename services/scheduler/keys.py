@@ -47,6 +47,13 @@ def queue() -> str:
     return f"{PREFIX}queue"
 
 
+def parked() -> str:
+    """Sorted set of queued job ids the cluster cannot hold even when empty, scored as in the
+    queue: kept out of the queue so that any number of them cost a dispatch pass nothing; they
+    go back into the queue when the cluster's shape changes so that they may fit."""
+    return f"{PREFIX}parked"
+
+
 def delayed() -> str:
     """Sorted set of RETRYING job ids scored by the epoch ms their backoff ends."""
     return f"{PREFIX}delayed"

@@ -17,7 +17,7 @@ class PackageServicer(package_service_pb2_grpc.PackageServiceServicer):
         return pb.GetPackageResponse(package=await self._store.get(request.name))
 
     async def UploadPackage(self, request_iterator, context) -> pb.UploadPackageResponse:
-        identity.require_write("UploadPackage")
+        identity.require_write(identity.of_call(), "UploadPackage")
         return pb.UploadPackageResponse(package=await self._store.upload(request_iterator))
 
 

@@ -67,7 +67,7 @@ class PackageStore:
 
     def stored(self) -> dict[str, float]:
         """Digest -> last use (modification time) of every stored package."""
-        found = {}
+        found: dict[str, float] = {}
         for path in self.directory.glob("sha256-*.zip"):
             digest = path.name.removeprefix("sha256-").removesuffix(".zip")
             if packages.valid_digest(digest):
@@ -123,13 +123,16 @@ class PackageStore:
         try:
             await self._receive(requests, tmp, digest, size)
             await asyncio.to_thread(_check_zip, tmp)
-            await asyncio.to_thread(_publish, tmp, self.path(digest))
+            await asyncio.to_thread(self._publish, tmp, digest)
         finally:
             tmp.unlink(missing_ok=True)
         log.info("stored package sha256-%s (%d bytes)", digest, size)
         package = await asyncio.to_thread(self._describe, digest)
         assert package is not None  # just renamed into place (and too new to be collected)
         return package
+
+    def _publish(self, tmp: Path, digest: str) -> None:
+        _publish(tmp, self.path(digest))
 
     def _check_header(self, header: pb.PackageHeader) -> tuple[str, int]:
         if not packages.valid_digest(header.sha256):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from paddleray.services.common.entrypoints import DEFAULT_ALLOWLIST
-from paddleray.services.common.settings import ServiceSettings
+from paddleray.services.common.peers import PeerSettings
+from paddleray.services.common.redis_client import RedisSettings
+from paddleray.services.common.settings import ServiceSettings, StrList
 
 
 class TenantLimits(BaseModel):
@@ -25,31 +26,27 @@ def _replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class SchedulerSettings(ServiceSettings):
+class TrainerPeer(PeerSettings):
+    address: str = Field("127.0.0.1:50052", description="host:port of the trainer service.")
+    auth_token: SecretStr = Field(
+        SecretStr(""), description="The scheduler's own service credential at the trainer: a bearer token of an admin "
+        "(it starts runs in the tenant of each job), if the trainer requires tokens."
+    )
+    rpc_timeout_s: float = Field(30.0, gt=0, description="Deadline of unary calls to the trainer.")
+
+
+class SchedulerSettings(ServiceSettings, RedisSettings):
     model_config = SettingsConfigDict(env_prefix="PADDLERAY_SCHEDULER_", extra="ignore")
 
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", description="Redis holding all scheduler state; rediss://... for TLS. "
         "Keep the password out of it: use redis_password."
     )
-    redis_password: SecretStr | None = Field(None, description="Password of redis_url's server (AUTH), if it has one.")
-    redis_username: str | None = Field(None, description="ACL user of redis_password, if not 'default'.")
-    redis_tls_ca_file: Path | None = Field(None, description="PEM CA that signed a rediss:// server's certificate.")
     store_check_interval_s: float = Field(
         1.0, gt=0, description="How often Redis is pinged; while it does not answer, health says NOT_SERVING."
     )
-    trainer_address: str = Field("127.0.0.1:50052", description="host:port of the trainer service.")
-    trainer_auth_token: str = Field(
-        "", description="The scheduler's own service credential at the trainer: a bearer token of an admin "
-        "(it starts runs in the tenant of each job), if the trainer requires tokens."
-    )
-    trainer_tls_ca_file: Path | None = Field(None, description="PEM CA that signed the trainer's certificate; "
-                                             "set to dial the trainer over TLS.")
-    trainer_tls_cert_file: Path | None = Field(None, description="Client certificate for a trainer that requires mTLS.")
-    trainer_tls_key_file: Path | None = Field(None, description="Private key of trainer_tls_cert_file.")
-    trainer_tls_server_name: str | None = Field(None, description="Name to check the trainer's certificate "
-                                                "against, when trainer_address is not one it names.")
-    trainer_rpc_timeout_s: float = Field(30.0, gt=0, description="Deadline of unary calls to the trainer.")
+    trainer: TrainerPeer = Field(default_factory=TrainerPeer, description="The trainer service "
+                                 "(PADDLERAY_SCHEDULER_TRAINER_ADDRESS, _TRAINER_AUTH_TOKEN, _TRAINER_TLS_CA_FILE, ...).")
     replica_id: str = Field(default_factory=_replica_id, description="Owner name of this replica's leases.")
     dispatch: bool = Field(True, description="Run the dispatcher; off serves the API only.")
     dispatch_interval_s: float = Field(0.25, gt=0, description="Longest wait between dispatch passes.")
@@ -57,6 +54,10 @@ class SchedulerSettings(ServiceSettings):
     max_backfill_wait_s: float = Field(
         300.0, ge=0, description="A queued job that has waited this long and does not fit stops smaller jobs "
         "behind it from starting, so that backfill cannot starve it.",
+    )
+    parked_recheck_s: float = Field(
+        60.0, gt=0, description="Parked jobs (larger than the whole cluster) are checked again at least this often, "
+        "besides whenever the cluster's shape changes.",
     )
     lease_ttl_s: float = Field(10.0, gt=0, description="A dead replica's jobs are taken over after this.")
     aging_s_per_priority: float = Field(
@@ -74,7 +75,7 @@ class SchedulerSettings(ServiceSettings):
         default_factory=dict, description='Per-tenant caps as JSON, e.g. {"team-a": {"max_jobs": 4, "max_gpus": 2}}.'
     )
 
-    entrypoint_allowlist: list[str] = Field(
+    entrypoint_allowlist: StrList = Field(
         default_factory=lambda: list(DEFAULT_ALLOWLIST),
         description="Module prefixes whose functions jobs may call, checked at CreateJob: keep it the same as "
         "PADDLERAY_TRAINER_ENTRYPOINT_ALLOWLIST (the trainer checks again at StartRun). Modules inside a "
@@ -92,20 +93,3 @@ class SchedulerSettings(ServiceSettings):
 
     def limits_for(self, tenant: str) -> TenantLimits:
         return self.tenant_limits.get(tenant, self.default_tenant_limits)
-
-    def redis_options(self) -> dict[str, str]:
-        """Keyword arguments of redis-py's from_url beyond the URL."""
-        options = {}
-        if self.redis_password is not None:
-            options["password"] = self.redis_password.get_secret_value()
-        if self.redis_username:
-            options["username"] = self.redis_username
-        if self.redis_tls_ca_file is not None:
-            options["ssl_ca_certs"] = str(self.redis_tls_ca_file)
-        return options
-
-    @model_validator(mode="after")
-    def _tls_needs_rediss(self) -> SchedulerSettings:
-        if self.redis_tls_ca_file is not None and not self.redis_url.startswith("rediss://"):
-            raise ValueError("redis_tls_ca_file needs a rediss:// redis_url (TLS)")
-        return self

@@ -24,8 +24,9 @@ import redis.asyncio as aioredis
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import paging, states
+from paddleray.services.common.resources import Amounts, job_demand
 from paddleray.services.scheduler import keys
-from paddleray.services.scheduler.resources import Amounts, job_demand
+from paddleray.services.scheduler.event_feed import EventFeed
 from paddleray.services.scheduler.script_batch import ScriptBatcher
 
 J = job_pb2.JobState
@@ -85,6 +86,8 @@ class JobStore:
         self.redis = client
         self.events_cap = events_cap
         self.request_ttl_s = request_ttl_s
+        # Waiting readers of events share one blocking read (event_feed.py: not a connection each).
+        self.feed = EventFeed(client)
         self._create = client.register_script(_script("create_job.lua"))
         self._create_batch = ScriptBatcher(client, self._create)
         self._update = client.register_script(_script("update_job.lua"))
@@ -93,16 +96,19 @@ class JobStore:
         self._take = client.register_script(_script("take_lease.lua"))
         self._promote = client.register_script(_script("promote_delayed.lua"))
         self._delete = client.register_script(_script("delete_job.lua"))
+        self._move_waiting = client.register_script(_script("move_waiting.lua"))
 
     # -- create / read -------------------------------------------------------------------
 
     async def create(
-        self, job: job_pb2.Job, first_event: job_pb2.JobEvent, score: float, request_id: str
-    ) -> tuple[str, job_pb2.Job | None]:
-        """Writes a QUEUED job (name and create_time set) in one round trip.
+        self, job: job_pb2.Job, first_event: job_pb2.JobEvent, score: float, request_id: str, fingerprint: str = ""
+    ) -> tuple[str, job_pb2.Job | None, str]:
+        """Writes a QUEUED job (name and create_time set) in one round trip; with a request_id,
+        the request's fingerprint (common/idempotency.py) is kept with the job.
 
-        Returns ("created", None), ("duplicate", the job first created with request_id), or
-        ("exists", None) when the job id is taken.
+        Returns ("created", None, ""), ("duplicate", the job first created with request_id, the
+        fingerprint of the request that created it), or ("exists", None, "") when the job id
+        is taken.
         """
         job_id = job.name.removeprefix("jobs/")
         demand = job_demand(job.spec)
@@ -113,12 +119,12 @@ class JobStore:
                   keys.queue()],
             args=[job_id, job.SerializeToString(), member, repr(score), job.tenant, job.experiment,
                   demand.cpu_m, demand.gpu_m, demand.mem, first_event.SerializeToString(), self.events_cap,
-                  self.request_ttl_s, "1" if request_id else "0", keys.job_prefix(), job.state],
+                  self.request_ttl_s, "1" if request_id else "0", keys.job_prefix(), job.state, fingerprint],
         )
         status = result[0].decode()
         if status == "duplicate":
-            return status, job_pb2.Job.FromString(result[1])
-        return status, None
+            return status, job_pb2.Job.FromString(result[1]), result[2].decode()
+        return status, None, ""
 
     async def get(self, job_id: str) -> JobRecord | None:
         values = await self.redis.hmget(keys.job(job_id), _RECORD_FIELDS)
@@ -157,7 +163,8 @@ class JobStore:
             ops += ["release", ""]
         result = await self._update(
             keys=[keys.job(job_id), keys.events(job_id), keys.state_set(record.job.state), keys.state_set(job.state),
-                  keys.queue(), keys.delayed(), keys.leases(), keys.reserved(), keys.tenant_usage(job.tenant)],
+                  keys.queue(), keys.delayed(), keys.leases(), keys.reserved(), keys.tenant_usage(job.tenant),
+                  keys.parked()],
             args=[record.version, owner, job.SerializeToString(), job.state, self.events_cap, len(events),
                   *(e.SerializeToString() for e in events), *ops],
         )
@@ -253,8 +260,7 @@ class JobStore:
         if entries or block_ms is None:
             return [_event(entry_id, data) for entry_id, data in entries]
         # XREAD of a stream that does not exist yet waits for its creation (the second event).
-        streams = await self.redis.xread({keys.events(job_id): f"{after}-1"}, count=500, block=block_ms)
-        return [_event(entry_id, data) for entry_id, data in (streams[0][1] if streams else [])]
+        return [_event(entry_id, data) for entry_id, data in await self.feed.wait(keys.events(job_id), after, block_ms)]
 
     async def first_sequence(self, job_id: str) -> int:
         """Oldest sequence still kept (0 when there is none)."""
@@ -278,6 +284,31 @@ class JobStore:
 
     async def queue_depth(self) -> int:
         return await self.redis.zcard(keys.queue())
+
+    async def parked(self, count: int, offset: int = 0) -> list[str]:
+        """Ids of `count` parked jobs (keys.parked) in queue order, from position `offset`."""
+        return [m.decode() for m in await self.redis.zrange(keys.parked(), offset, offset + count - 1)]
+
+    async def park(self, moves: Sequence[tuple[JobRecord, job_pb2.Job]]) -> list[bool]:
+        """Moves queued jobs to the parked set, each written as its new proto if still at the
+        version read; one round trip. Returns, per job, whether it moved."""
+        return await self._move(keys.queue(), keys.parked(), moves)
+
+    async def unpark(self, moves: Sequence[tuple[JobRecord, job_pb2.Job]]) -> list[bool]:
+        """Moves parked jobs back into the queue at their old scores, as park() does."""
+        return await self._move(keys.parked(), keys.queue(), moves)
+
+    async def _move(self, source: str, target: str, moves: Sequence[tuple[JobRecord, job_pb2.Job]]) -> list[bool]:
+        if not moves:
+            return []
+        args: list[int | bytes] = []
+        for record, job in moves:
+            args += [record.version, job.SerializeToString()]
+        moved = await self._move_waiting(keys=[source, target, *(keys.job(r.job_id) for r, _ in moves)], args=args)
+        return [bool(m) for m in moved]
+
+    async def parked_count(self) -> int:
+        return await self.redis.zcard(keys.parked())
 
     async def reserved(self) -> Amounts:
         cpu, gpu, mem = await self.redis.hmget(keys.reserved(), ("cpu_m", "gpu_m", "mem"))

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
 from grpc import aio
 
-from paddleray.services.common.channels import open_channel
+from paddleray.services.common.peers import PeerSettings
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2_grpc
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 
@@ -30,12 +29,10 @@ TRAINER_FAILED = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, g
 class TrainerClient:
     """Must be created on the event loop that uses it (grpc.aio channels bind to one)."""
 
-    def __init__(self, address: str, token: str = "", rpc_timeout_s: float = 30.0, tls_ca: Path | None = None,
-                 client_cert: tuple[Path, Path] | None = None, server_name: str | None = None) -> None:
-        self.channel = open_channel(address, tls_ca=tls_ca, client_cert=client_cert, token=token or None,
-                                    server_name=server_name)
+    def __init__(self, trainer: PeerSettings) -> None:
+        self.channel = trainer.dial()
         self.stub = trainer_service_pb2_grpc.TrainerServiceStub(self.channel)
-        self.timeout = rpc_timeout_s
+        self.timeout = trainer.rpc_timeout_s
 
     async def start_run(self, request: ts.StartRunRequest) -> run_pb2.Run:
         return (await self.stub.StartRun(request, timeout=self.timeout)).run

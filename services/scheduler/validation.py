@@ -8,25 +8,21 @@ rules are the ones the trainer applies at StartRun too (paddleray.services.commo
 from __future__ import annotations
 
 import math
-import re
 
 from google.protobuf import duration_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
+from paddleray.services.common import idempotency, identity, training_spec
 from paddleray.services.common import names as resource_names
-from paddleray.services.common import training_spec
 from paddleray.services.common.errors import InvalidArgument
+from paddleray.services.common.labels import validate_labels
 
 MAX_TIMEOUT_S = training_spec.MAX_TIMEOUT_S
 MAX_RETRIES = 100
 MAX_BACKOFF_MULTIPLIER = 100.0
-MAX_LABELS = 64
 PRIORITY_RANGE = (-1000, 1000)
 
-_LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_TENANT = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def validate_create(request_job: job_pb2.Job | None, job_id: str, request_id: str) -> None:
@@ -34,8 +30,7 @@ def validate_create(request_job: job_pb2.Job | None, job_id: str, request_id: st
         raise InvalidArgument("job", "required")
     if job_id:
         resource_names.check_id(job_id, "job_id")
-    if len(request_id) > 128:
-        raise InvalidArgument("request_id", "at most 128 characters")
+    idempotency.check_request_id(request_id)
     validate_job(request_job, "job")
 
 
@@ -49,7 +44,7 @@ def validate_job(job: job_pb2.Job, field: str) -> None:
     low, high = PRIORITY_RANGE
     if not low <= job.priority <= high:
         raise InvalidArgument(f"{field}.priority", f"must be in {low}..{high}")
-    if job.tenant and not _TENANT.fullmatch(job.tenant):
+    if job.tenant and not identity.TENANT_PATTERN.fullmatch(job.tenant):
         raise InvalidArgument(f"{field}.tenant", "must be 1-63 characters of [a-z0-9-], starting and ending alphanumeric")
     validate_labels(job.labels, f"{field}.labels")
     _validate_retry(job.retry_policy, f"{field}.retry_policy")
@@ -57,23 +52,6 @@ def validate_job(job: job_pb2.Job, field: str) -> None:
         seconds = _duration_s(job.timeout, f"{field}.timeout")
         if not 0 < seconds <= MAX_TIMEOUT_S:
             raise InvalidArgument(f"{field}.timeout", "must be positive and at most 30 days")
-
-
-def validate_labels(labels, field: str) -> None:
-    if len(labels) > MAX_LABELS:
-        raise InvalidArgument(field, f"at most {MAX_LABELS} labels")
-    for key, value in labels.items():
-        prefix, _, name = key.rpartition("/")
-        if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-            raise InvalidArgument(f"{field}[{key!r}]", "key prefix must be a DNS subdomain of at most 253 characters")
-        if not _LABEL_NAME.fullmatch(name):
-            raise InvalidArgument(
-                f"{field}[{key!r}]", "key name must be 1-63 characters of [A-Za-z0-9._-], starting and ending alphanumeric"
-            )
-        if value and not _LABEL_NAME.fullmatch(value):
-            raise InvalidArgument(
-                f"{field}[{key!r}]", "value must be at most 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric"
-            )
 
 
 def _validate_retry(policy: common_pb2.RetryPolicy, field: str) -> None:

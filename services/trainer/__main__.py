@@ -33,7 +33,7 @@ async def serve(settings: TrainerSettings) -> None:
 
 
 def main() -> None:
-    settings = TrainerSettings.from_env_and_flags("paddleray-trainer")
+    settings = TrainerSettings.for_main("paddleray-trainer")
     run(lambda: serve(settings))
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy, read_checkpoint
+from paddleray.services.common.checkpoints import CheckpointInfo, RetentionPolicy, checkpoint_store, read_checkpoint
+from paddleray.services.common.storage import cache_dir, is_uri, local_copy
 from paddleray.services.trainer.committer import BackgroundCommitter
 
 
@@ -36,26 +37,51 @@ class Report:
 
 @dataclass(frozen=True)
 class RunPaths:
-    """Where one run keeps its files under the storage root."""
+    """Where one run keeps its files under the storage root: a directory, or a URI
+    (s3://bucket/prefix/runs/<run>) whose checkpoints and logs are uploaded from a local copy
+    on each worker's node (storage.cache_dir), as Ray Train stages files for its storage."""
 
-    root: Path
+    root: Path | str
     STAGING: ClassVar[str] = "staging"
 
     @classmethod
     def of(cls, storage_root: str | os.PathLike, run_id: str) -> RunPaths:
+        if is_uri(storage_root):
+            return cls(f"{os.fspath(storage_root).rstrip('/')}/runs/{run_id}")
         return cls(Path(storage_root) / "runs" / run_id)
 
     @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+    def remote(self) -> bool:
+        return isinstance(self.root, str)
+
+    def _under(self, name: str) -> Path | str:
+        return f"{self.root}/{name}" if isinstance(self.root, str) else self.root / name
+
+    def _local(self, name: str) -> Path:
+        """On a remote root, this node's local directory for the run's `name` (made on use)."""
+        if isinstance(self.root, str):
+            return cache_dir("runs", self.root.rsplit("/", 1)[-1], name)
+        return self.root / name
+
+    @property
+    def checkpoints(self) -> Path | str:
+        return self._under("checkpoints")
 
     @property
     def staging(self) -> Path:
-        return self.root / self.STAGING
+        """Where make_checkpoint_dir hands out directories: on the root when it is a directory
+        (a commit is then a rename), on this node otherwise (a commit is then an upload)."""
+        return self._local(self.STAGING)
 
     @property
-    def logs(self) -> Path:
-        return self.root / "logs"
+    def logs(self) -> Path | str:
+        """Where the rank's log files are read from (GetRunLogs)."""
+        return self._under("logs")
+
+    @property
+    def local_logs(self) -> Path:
+        """Where a rank writes its log files on its node (uploaded to `logs` on a remote root)."""
+        return self._local("logs")
 
 
 @dataclass
@@ -81,7 +107,7 @@ class TrainContext:
         self._spec = spec
         self._sink = sink
         self._stop = stop
-        self._store = CheckpointStore(spec.paths.checkpoints)
+        self._store = checkpoint_store(spec.paths.checkpoints)
         self._committer: BackgroundCommitter[Report] = BackgroundCommitter(sink)
         resumed = self._resume_checkpoint()
         # The step counter continues from the checkpoint a run resumes from.
@@ -167,16 +193,17 @@ class TrainContext:
 
     @property
     def latest_checkpoint(self) -> Path | None:
-        """This run's newest complete checkpoint, else the one the run resumes from."""
+        """This run's newest complete checkpoint, else the one the run resumes from: a local
+        directory (a checkpoint on an object store is downloaded to this node's cache first)."""
         info = self._latest_info()
-        return info.path if info is not None else None
+        return local_copy(info.path) if info is not None else None
 
     @property
     def init_checkpoint(self) -> Path | None:
         """The weights the job starts from (spec.init_from): another job's checkpoint or an
         exported model version's directory; None when not set. The same on every attempt: on a
         retry, latest_checkpoint (the job's own progress) is what to resume from."""
-        return Path(self._spec.init_from) if self._spec.init_from else None
+        return local_copy(self._spec.init_from) if self._spec.init_from else None
 
     @property
     def checkpoint_manifest(self) -> dict[str, Any] | None:

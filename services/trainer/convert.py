@@ -9,8 +9,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors, training_spec
+from paddleray.services.common.checkpoints import CheckpointInfo
 from paddleray.services.trainer import runs
-from paddleray.services.trainer.checkpoints import CheckpointInfo
 from paddleray.services.trainer.logs import LogLine
 from paddleray.services.trainer.records import (
     Failure,
@@ -62,6 +62,7 @@ def failure(value: Failure) -> common_pb2.Failure:
         kind=cast(common_pb2.FailureKind, common_pb2.FailureKind.Value(f"FAILURE_KIND_{value.kind.value}")),
         message=value.message,
         traceback=value.traceback,
+        node_id=value.node_id,
     )
     if value.rank is not None:
         message.rank = value.rank

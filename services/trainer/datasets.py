@@ -12,6 +12,7 @@ path fails the request, not the run later); `open_dataset_shards` resolves and o
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common import storage_paths
 from paddleray.services.common.errors import InvalidArgument
 
 _FORMAT_BY_ENUM = {
@@ -44,19 +46,6 @@ class ResolvedDataset:
 
 def _field(index: int, name: str) -> str:
     return f"spec.datasets[{index}].{name}"
-
-
-def _local_path(uri: str, storage_root: Path, index: int) -> Path:
-    """A local dataset path: relative to the storage root, and never outside it (clients
-    choose the path, so `..` or an absolute path must not reach the trainer's other files)."""
-    path = Path(urlparse(uri).path) if uri.startswith("file://") else Path(uri)
-    root = storage_root.resolve()
-    resolved = (path if path.is_absolute() else root / path).resolve()
-    if not resolved.is_relative_to(root):
-        raise InvalidArgument(_field(index, "uri"), f"a local path must lie under the storage root, got {uri!r}")
-    if not resolved.exists():
-        raise InvalidArgument(_field(index, "uri"), f"no such file or directory under the storage root: {uri!r}")
-    return resolved
 
 
 def _check_remote(uri: str, index: int) -> None:
@@ -119,9 +108,9 @@ def resolve_datasets(datasets, storage_root: str | Path) -> list[ResolvedDataset
         if not dataset.uri:
             raise InvalidArgument(_field(index, "uri"), "must not be empty")
         fmt = _format(dataset, index)
-        scheme = urlparse(dataset.uri).scheme
-        if scheme in ("", "file"):
-            location = str(_local_path(dataset.uri, Path(storage_root), index))
+        if storage_paths.is_local(dataset.uri):
+            # Clients choose the path: `..` or an absolute path must not reach the trainer's other files.
+            location = str(storage_paths.local_dataset(dataset.uri, storage_root, _field(index, "uri")))
         else:
             _check_remote(dataset.uri, index)
             location = dataset.uri
@@ -154,15 +143,28 @@ def _read_parquet(location: str, file_extensions=None, **remote_args):
 
 
 def _read_numpy(location: str, file_extensions=None, **remote_args):
-    """ray.data.read_numpy without its fixed one-CPU read tasks (it takes no num_cpus)."""
+    """ray.data.read_numpy without its fixed one-CPU read tasks (it takes no num_cpus): the rows
+    it makes (each file's array in a column "data"), through the public datasource base rather
+    than Ray Data's internal NumpyDatasource."""
     import ray.data
-    from ray.data._internal.datasource.numpy_datasource import NumpyDatasource
+    from ray.data.block import BlockAccessor
+    from ray.data.datasource import FileBasedDatasource
 
-    return ray.data.read_datasource(NumpyDatasource(location, file_extensions=file_extensions), **remote_args)
+    class NumpyFiles(FileBasedDatasource):
+        _FILE_EXTENSIONS = ["npy"]
+
+        def _read_stream(self, f, path):
+            import numpy as np
+
+            yield BlockAccessor.batch_to_block({"data": np.load(io.BytesIO(f.readall()), allow_pickle=False)})
+
+    return ray.data.read_datasource(NumpyFiles(location, file_extensions=file_extensions), **remote_args)
 
 
 def read_dataset(dataset: ResolvedDataset):
-    """The dataset as a lazy ray.data.Dataset."""
+    """The dataset as a lazy ray.data.Dataset. Its read tasks, on any node, reach an object
+    store with their node's credentials (docs/storage.md): none are passed in their runtime
+    env, which Ray writes to its logs."""
     import ray.data
 
     readers: dict[str, Callable[..., Any]] = {"parquet": _read_parquet, "csv": ray.data.read_csv, "npy": _read_numpy}

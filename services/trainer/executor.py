@@ -11,6 +11,7 @@ group when the grace period ends first.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 import time
@@ -21,9 +22,10 @@ from typing import Any
 import ray
 
 from paddleray.services.common import names
+from paddleray.services.common.checkpoints import CheckpointInfo, checkpoint_store
+from paddleray.services.common.ray_connection import in_daemon_thread
 from paddleray.services.trainer import metrics, placement, runs
 from paddleray.services.trainer.backend import PaddleBackendConfig
-from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore
 from paddleray.services.trainer.context import ContextSpec, Report, RunPaths
 from paddleray.services.trainer.pool import WorkerPool
 from paddleray.services.trainer.records import Failure, FailureKind, RunState
@@ -61,7 +63,7 @@ class RunExecutor:
         spec: RunSpec,
         registry: runs.RunRegistry,
         pool: WorkerPool,
-        storage_root: Path,
+        storage_root: Path | str,
         poll_timeout_s: float = 1.0,
         timeout_grace_s: float = 10.0,
     ) -> None:
@@ -74,7 +76,7 @@ class RunExecutor:
         self._timeout_grace_s = timeout_grace_s
         self._stop: StopRequest | None = None
         self._stop_asked = asyncio.Event()
-        self._storage_root = Path(storage_root)
+        self._storage_root = storage_root
         self._last_report: float | None = None
         self._reported_throughput = False
         self._best: CheckpointInfo | None = None
@@ -160,7 +162,7 @@ class RunExecutor:
 
     def _sync_checkpoints(self) -> None:
         """Records a checkpoint committed on disk whose report was not polled (its worker died)."""
-        self._registry.recover_checkpoint(self.run_id, CheckpointStore(self._paths.checkpoints), self.spec.retention)
+        self._registry.recover_checkpoint(self.run_id, checkpoint_store(self._paths.checkpoints), self.spec.retention)
 
     async def _acquire(self) -> tuple[WorkerGroup | None, bool]:
         """The worker group, or None when a stop came first. Cancelling frees what it took."""
@@ -194,7 +196,7 @@ class RunExecutor:
         if self._registry.get(self.run_id).state != RunState.PENDING:
             return
         try:
-            total, available, nodes = await asyncio.to_thread(placement.cluster_view)
+            total, available, nodes = await in_daemon_thread(placement.cluster_view)
         except Exception as exc:  # noqa: BLE001 - the hint is best effort; placement goes on
             log.warning("run %s: cannot read cluster resources for a placement hint: %s", self.run_id, exc)
             return
@@ -213,9 +215,9 @@ class RunExecutor:
         if self.spec.datasets:
             from paddleray.services.trainer.datasets import open_dataset_shards
 
-            shards = await asyncio.to_thread(
+            shards = await in_daemon_thread(functools.partial(
                 open_dataset_shards, list(self.spec.datasets), len(group.actors), self._storage_root
-            )
+            ))
         base = ContextSpec(
             run_name=names.RUN.format(run=self.run_id),
             paths=self._paths,
@@ -245,7 +247,7 @@ class RunExecutor:
             # `start` left it (seen in CI: a rank exiting right after its first collective):
             # that is the rank lost, as it would be a moment later, not the trainer's error.
             if isinstance(result, ray.exceptions.RayActorError | ray.exceptions.NodeDiedError):
-                raise _RankLost(Failure(FailureKind.WORKER_LOST, _cause(result), rank))
+                raise _RankLost(_with_node(Failure(FailureKind.WORKER_LOST, _cause(result), rank), group))
             if isinstance(result, BaseException):
                 raise result
 
@@ -260,10 +262,10 @@ class RunExecutor:
             while followers:
                 done, _ = await asyncio.wait({*followers, timer}, return_when=asyncio.FIRST_COMPLETED)
                 for task in done & followers.keys():
-                    failure = _failure(followers.pop(task), task)
+                    failure = _on_node(_failure(followers.pop(task), task), group)
                     if failure is not None:
                         reason = _reason(failure)
-                        if not _died(task) and (death := await _first_death(followers)):
+                        if not _died(task) and (death := _on_node(await _first_death(followers), group)):
                             # The peer's death is the root cause; the raise was its echo.
                             reason, failure = f"{_reason(death)}\n(then {reason})", death
                         group.kill()
@@ -338,10 +340,25 @@ def _failure(rank: int, task: asyncio.Future) -> Failure | None:
     return Failure(kind, outcome.error, rank, outcome.traceback)
 
 
+def _on_node(failure: Failure | None, group: WorkerGroup) -> Failure | None:
+    return None if failure is None else _with_node(failure, group)
+
+
+def _with_node(failure: Failure, group: WorkerGroup) -> Failure:
+    """A lost rank's failure with the node it ran on (the node is what an operator looks at
+    when a machine goes away: node loss kills every rank there)."""
+    if failure.kind != FailureKind.WORKER_LOST or failure.rank is None:
+        return failure
+    if failure.rank >= len(group.workers) or not group.workers[failure.rank].node_id:
+        return failure
+    return replace(failure, node_id=group.workers[failure.rank].node_id)
+
+
 def _reason(failure: Failure) -> str:
     """The run's state_reason for a rank's failure (what it said before failures were data)."""
     if failure.kind == FailureKind.WORKER_LOST:
-        return f"rank {failure.rank} died: {failure.message}"
+        where = f" on node {failure.node_id}" if failure.node_id else ""
+        return f"rank {failure.rank} died{where}: {failure.message}"
     if failure.kind == FailureKind.USER_CODE:
         return f"rank {failure.rank} raised {failure.message}\n{failure.traceback}"
     return f"rank {failure.rank} failed in its worker: {failure.message}\n{failure.traceback}".rstrip()

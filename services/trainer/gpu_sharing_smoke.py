@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from paddleray.services.trainer.backend import gpu_memory_limit_mb
+from paddleray.services.common.gpu_env import gpu_memory_limit_mb
 from paddleray.services.trainer.worker import WorkerActor
 
 SHARE = 0.5
@@ -29,7 +29,7 @@ class SharingProbe(WorkerActor):
 
         import ray
 
-        paddle = self._paddle
+        paddle = self._import_paddle()  # imported at start: a GPU worker
         [gpu] = [str(i) for i in ray.get_gpu_ids()]
         uuid = subprocess.run(
             ["nvidia-smi", f"--id={gpu}", "--query-gpu=uuid,memory.total", "--format=csv,noheader,nounits"],

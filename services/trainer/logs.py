@@ -4,6 +4,17 @@ The worker points fds 1 and 2 at pipes for the duration of the user call, so out
 code (Paddle's glog) is captured as well as Python's; a thread stamps each line with the
 time it was captured and appends it to `logs/rank-<r>.<stream>.log` under the run's
 directory as `<unix time>\\t<text>`.
+
+On an object-store storage root, which has no appends, the files are written on the rank's node
+and uploaded every UPLOAD_INTERVAL_S while they grow and once more at the end of the call, so
+GetRunLogs (which reads through common/storage.py on either root) follows a run's output with
+that delay. A log goes up in parts of PART_BYTES (part 0 under the log's own name, part k as
+`<name>.<k>`; every part but the last holds exactly PART_BYTES), and a round uploads only the
+parts that grew: a full part once, the open one again while it grows. A round costs at most
+about one part whatever the log's size, where uploading the whole file each round cost the
+square of it over a run (a 100 MB log grown over an hour: ~90 GB uploaded). A reader maps an
+offset to its part (`_Parted`); a log of one object (a directory root, or uploaded whole by an
+older trainer) is its own single part.
 """
 
 from __future__ import annotations
@@ -19,12 +30,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from paddleray.services.common.storage import Storage
+
 STREAMS = {"stdout": 1, "stderr": 2}
 # GetRunLogs sends a run's lines in messages of about this much text, far below gRPC's limit.
 _BATCH_BYTES = 1 << 20
 _LINE_OVERHEAD_BYTES = 32  # rank, stream and timestamp fields of a LogLine message
 _TAIL_BLOCK_BYTES = 1 << 16
 _READ_BLOCK_BYTES = 1 << 20
+UPLOAD_INTERVAL_S = 2.0
+PART_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -40,9 +55,86 @@ def log_file(log_dir: Path, rank: int, stream: str) -> Path:
 
 
 @contextlib.contextmanager
-def capture_output(log_dir: Path, rank: int) -> Iterator[None]:
-    """Sends this process's stdout and stderr to the rank's log files inside the block."""
+def capture_output(log_dir: Path, rank: int, mirror: str | None = None) -> Iterator[None]:
+    """Sends this process's stdout and stderr to the rank's log files inside the block; with
+    `mirror` (a URI), the files are uploaded there as they grow and at the end."""
     log_dir.mkdir(parents=True, exist_ok=True)
+    uploader = _Uploader(log_dir, rank, mirror) if mirror else None
+    try:
+        with _captured(log_dir, rank):
+            yield
+    finally:
+        if uploader is not None:
+            uploader.close()
+
+
+class _Uploader:
+    """Uploads a rank's log files to an object store whenever they grew, from a thread."""
+
+    def __init__(self, log_dir: Path, rank: int, mirror: str) -> None:
+        self._storage = Storage.for_root(mirror)
+        self._files = [log_file(log_dir, rank, stream) for stream in STREAMS]
+        self._uploaded: dict[Path, int] = {}  # bytes of each file on the store
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="paddleray-log-upload", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._done.wait(UPLOAD_INTERVAL_S):
+            with contextlib.suppress(OSError):  # the next round or the last upload retries it
+                self.upload()
+
+    def upload(self) -> None:
+        for path in self._files:
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+                size, uploaded = os.fstat(f.fileno()).st_size, self._uploaded.get(path)
+                if size == uploaded:
+                    continue
+                # From the part holding the first byte not uploaded (an empty file: part 0).
+                for part in range((uploaded or 0) // PART_BYTES, max(size - 1, 0) // PART_BYTES + 1):
+                    f.seek(part * PART_BYTES)
+                    data = f.read(PART_BYTES)  # the file may have grown: never past the part
+                    self._storage.write_atomically(part_name(path.name, part), data)
+                    self._uploaded[path] = part * PART_BYTES + len(data)
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=30)
+        self.upload()  # the last lines; an error here is the run's to see
+
+
+def part_name(name: str, part: int) -> str:
+    """The object holding part `part` of a log uploaded in parts (see the module's docstring)."""
+    return name if part == 0 else f"{name}.{part}"
+
+
+class _Parted:
+    """One log file as a reader sees it: a file, or its parts on an object store."""
+
+    def __init__(self, storage: Storage, name: str, names: set[str] | None = None) -> None:
+        """names: the log directory's entries, if listed already (one listing for every file)."""
+        self.storage, self.name = storage, name
+        names = set(storage.list_dir("")) if names is None else names
+        self.parts = 0
+        while part_name(name, self.parts) in names:
+            self.parts += 1
+
+    def size(self) -> int | None:
+        if not self.parts:
+            return None
+        last = self.storage.size(part_name(self.name, self.parts - 1))
+        return None if last is None else (self.parts - 1) * PART_BYTES + last
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        """At most length bytes from offset, within one part (b"" past the end)."""
+        if not self.parts:
+            raise FileNotFoundError(self.name)
+        part = min(offset // PART_BYTES, self.parts - 1)  # the last part holds the rest
+        return self.storage.read_range(part_name(self.name, part), offset - part * PART_BYTES, length)
+
+
+@contextlib.contextmanager
+def _captured(log_dir: Path, rank: int) -> Iterator[None]:
     saved: dict[int, int] = {}
     readers: list[threading.Thread] = []
     python_streams = sys.stdout, sys.stderr
@@ -104,8 +196,9 @@ def _parse(raw: str, rank: int, stream: str) -> LogLine:
 class LogReader:
     """Reads one run's log files incrementally: `tail` first, then whatever was appended."""
 
-    def __init__(self, log_dir: Path, ranks: list[int]) -> None:
-        self._files = [(rank, stream, log_file(log_dir, rank, stream)) for rank in ranks for stream in STREAMS]
+    def __init__(self, log_dir: Path | str, ranks: list[int]) -> None:
+        self._storage = Storage.for_root(log_dir)
+        self._files = [(rank, stream, log_file(Path(), rank, stream)) for rank in ranks for stream in STREAMS]
         self._offsets: dict[Path, int] = {}
 
     def initial(self, tail_lines: int = 0) -> list[LogLine]:
@@ -116,7 +209,7 @@ class LogReader:
         for rank, stream, path in self._files:
             # A rank's last n lines are among the last n of each of its streams: the rest of
             # a (possibly huge) file is never read.
-            self._offsets[path] = _tail_offset(path, tail_lines)
+            self._offsets[path] = _tail_offset(_Parted(self._storage, path.name), tail_lines)
             by_rank.setdefault(rank, []).extend(self._lines(rank, stream, path))
         lines: list[LogLine] = []
         for rank_lines in by_rank.values():
@@ -130,25 +223,30 @@ class LogReader:
         """The complete lines appended since the last read, oldest first, read a block of each
         file at a time: memory stays bounded however large the files are."""
         # Each file is in capture order already; merging keeps file order among equal times.
-        return heapq.merge(*(self._lines(rank, stream, path) for rank, stream, path in self._files), key=_capture_time)
+        # Listed once a read: a part added meanwhile waits for the next.
+        names = set(self._storage.list_dir(""))
+        return heapq.merge(*(self._lines(rank, stream, path, names) for rank, stream, path in self._files),
+                           key=_capture_time)
 
-    def _lines(self, rank: int, stream: str, path: Path) -> Iterator[LogLine]:
-        while block := self._read_block(path):
+    def _lines(self, rank: int, stream: str, path: Path, names: set[str] | None = None) -> Iterator[LogLine]:
+        log = _Parted(self._storage, path.name, names)
+        while block := self._read_block(log, path):
             for raw in block.decode("utf-8", errors="replace").splitlines():
                 yield _parse(raw, rank, stream)
 
-    def _read_block(self, path: Path) -> bytes:
+    def _read_block(self, log: _Parted, path: Path) -> bytes:
         """The next complete lines of a file (about one block); b"" when there are none.
 
         The file is open only during the read, so a stream left unfinished holds nothing open.
         """
         offset = self._offsets.get(path, 0)
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(_READ_BLOCK_BYTES)
-                if data and b"\n" not in data:
-                    data += f.readline()  # a line longer than a block
+            data = log.read_range(offset, _READ_BLOCK_BYTES)
+            while data and b"\n" not in data:  # a line longer than a block (or than a part's rest)
+                more = log.read_range(offset + len(data), _READ_BLOCK_BYTES)
+                if not more:
+                    break
+                data += more
         except FileNotFoundError:
             return b""
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next read
@@ -168,28 +266,29 @@ def next_batch(lines: Iterator[LogLine], max_bytes: int = _BATCH_BYTES) -> list[
     return batch
 
 
-def _tail_offset(path: Path, lines: int) -> int:
+def _tail_offset(log: _Parted, lines: int) -> int:
     """Where the last `lines` complete lines of a file start (0 when it has no more)."""
-    try:
-        with open(path, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            position, newlines = end, 0
-            while position > 0:
-                step = min(_TAIL_BLOCK_BYTES, position)
-                position -= step
-                f.seek(position)
-                block = f.read(step)
-                if position + step == end:
-                    block = block[: block.rfind(b"\n") + 1]  # a line still being written is not counted
-                newlines += block.count(b"\n")
-                if newlines > lines:
-                    # The block starts with lines older than the last n: start after them.
-                    cut = -1
-                    for _ in range(newlines - lines):
-                        cut = block.index(b"\n", cut + 1)
-                    return position + cut + 1
-    except FileNotFoundError:
-        pass
+    end = log.size()
+    if end is None:
+        return 0
+    position, newlines = end, 0
+    while position > 0:
+        # Within one part: a block read never spans two.
+        step = min(_TAIL_BLOCK_BYTES, position - (position - 1) // PART_BYTES * PART_BYTES)
+        position -= step
+        try:
+            block = log.read_range(position, step)
+        except FileNotFoundError:
+            return 0
+        if position + step == end:
+            block = block[: block.rfind(b"\n") + 1]  # a line still being written is not counted
+        newlines += block.count(b"\n")
+        if newlines > lines:
+            # The block starts with lines older than the last n: start after them.
+            cut = -1
+            for _ in range(newlines - lines):
+                cut = block.index(b"\n", cut + 1)
+            return position + cut + 1
     return 0
 
 

@@ -145,6 +145,16 @@ class WorkerPool:
                 total[name] = total.get(name, 0.0) + amount * idle.group.spec.num_workers
         return total
 
+    def idle_resources_by_node(self) -> dict[str, dict[str, float]]:
+        """idle_resources() by the node each idle worker holds them on."""
+        nodes: dict[str, dict[str, float]] = {}
+        for idle in self._idle:
+            for worker in idle.group.workers:
+                held = nodes.setdefault(worker.node_id, {})
+                for name, amount in bundle(idle.group.spec.resources).items():
+                    held[name] = held.get(name, 0.0) + amount
+        return nodes
+
     def idle_count(self) -> int:
         return len(self._idle)
 

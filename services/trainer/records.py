@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from paddleray.services.common import states
-from paddleray.services.trainer.checkpoints import CheckpointInfo
+from paddleray.services.common.checkpoints import CheckpointInfo
 from paddleray.trainer.v1 import run_pb2
 
 
@@ -67,19 +67,22 @@ class Failure:
     message: str
     rank: int | None = None
     traceback: str = ""
+    node_id: str = ""
 
     def __post_init__(self) -> None:
         if len(self.traceback) > MAX_TRACEBACK_CHARS:  # the innermost frames are at the end
             object.__setattr__(self, "traceback", self.traceback[-MAX_TRACEBACK_CHARS:])
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "message": self.message, "rank": self.rank, "traceback": self.traceback}
+        return {"kind": self.kind.value, "message": self.message, "rank": self.rank, "traceback": self.traceback,
+                "node_id": self.node_id}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Failure | None:
         if data is None:
             return None
-        return cls(FailureKind(data["kind"]), data["message"], data.get("rank"), data.get("traceback", ""))
+        return cls(FailureKind(data["kind"]), data["message"], data.get("rank"), data.get("traceback", ""),
+                   data.get("node_id", ""))
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,14 @@ from google.protobuf import json_format
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors, names, training_spec
+from paddleray.services.common.checkpoints import (
+    CheckpointInfo,
+    CheckpointStore,
+    ObjectCheckpointStore,
+    RetentionPolicy,
+    checkpoint_store,
+)
 from paddleray.services.trainer import metrics
-from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.records import (
     TRANSITIONS,
@@ -57,6 +63,7 @@ class RunRecord:
     resume_from: common_pb2.Checkpoint | None = None
     labels: dict[str, str] = field(default_factory=dict)
     tenant: str = "default"  # records written before runs had tenants are the default tenant's
+    request_fp: str = ""  # of the StartRun that created it with a request_id (common/idempotency.py)
     state: RunState = RunState.PENDING
     state_reason: str = ""
     failure: Failure | None = None
@@ -86,7 +93,8 @@ class RunRecord:
             "run_id": self.run_id, "spec": json_format.MessageToDict(self.spec), "job": self.job,
             "request_id": self.request_id, "timeout_s": self.timeout_s,
             "resume_from": json_format.MessageToDict(self.resume_from) if self.resume_from is not None else None,
-            "labels": dict(self.labels), "tenant": self.tenant, "state": self.state.value,
+            "labels": dict(self.labels), "tenant": self.tenant, "request_fp": self.request_fp,
+            "state": self.state.value,
             "state_reason": self.state_reason,
             "failure": self.failure.to_json() if self.failure is not None else None,
             "workers": [w.to_json() for w in self.workers],
@@ -112,6 +120,7 @@ class RunRecord:
             resume_from=json_format.ParseDict(resume, common_pb2.Checkpoint()) if resume is not None else None,
             labels=dict(data.get("labels", {})),
             tenant=data.get("tenant") or "default",
+            request_fp=data.get("request_fp", ""),
             state=RunState(data["state"]),
             state_reason=data.get("state_reason", ""),
             failure=Failure.from_json(data.get("failure")),
@@ -148,8 +157,11 @@ def _checkpoint_record(data: dict[str, Any] | None) -> CheckpointInfo | None:
 
 
 class RunRegistry:
-    def __init__(self, storage_root: Path) -> None:
-        self._dir = Path(storage_root) / "runs"
+    def __init__(self, records_root: Path, storage_root: Path | str | None = None) -> None:
+        """Records under records_root/runs; checkpoints under storage_root (a directory or a
+        URI; records_root when not given, where both were always kept on a directory root)."""
+        self._dir = Path(records_root) / "runs"
+        self._storage_root = records_root if storage_root is None else storage_root
         self._runs: dict[str, RunRecord] = {}
         self._events: dict[str, list[RunEvent]] = {}  # active runs only
         self._changed: dict[str, asyncio.Event] = {}
@@ -249,7 +261,7 @@ class RunRegistry:
         record.best_checkpoint = best
         self._emit(record, record.latest_checkpoint)
 
-    def recover_checkpoint(self, run_id: str, store: CheckpointStore, policy: RetentionPolicy) -> None:
+    def recover_checkpoint(self, run_id: str, store: CheckpointStore | ObjectCheckpointStore, policy: RetentionPolicy) -> None:
         """Records the newest checkpoint on disk if its report never arrived.
 
         ctx.report returns without waiting for the trainer: its checkpoint is committed on disk
@@ -350,7 +362,8 @@ class RunRegistry:
             policy = retention_policy(record.spec.checkpoint_policy)
         except errors.DomainError:  # a record edited by hand: latest only
             policy = RetentionPolicy()
-        self.recover_checkpoint(record.run_id, CheckpointStore(self._dir / record.run_id / "checkpoints"), policy)
+        store = checkpoint_store(RunPaths.of(self._storage_root, record.run_id).checkpoints)
+        self.recover_checkpoint(record.run_id, store, policy)
 
 
 def _end_last_line(path: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from paddleray.services.common.entrypoints import DEFAULT_ALLOWLIST
-from paddleray.services.common.settings import ServiceSettings
+from paddleray.services.common.settings import ServiceSettings, StrList
 
 
 class TrainerSettings(ServiceSettings):
@@ -18,13 +20,18 @@ class TrainerSettings(ServiceSettings):
         "'local', or 'ray://host:10001' (Ray Client, a fallback only).",
     )
     ray_probe_interval_s: float = Field(1.0, gt=0, description="How often the trainer checks that its Ray cluster answers.")
+    records_dir: Path | None = Field(
+        None, description="Where the trainer keeps its run records and events when storage_root is an object store "
+        "(checkpoints and logs go there; these records are the trainer's own); unset: ~/.paddleray/trainer-records. "
+        "With a directory storage_root they stay under its runs/ and this is ignored.",
+    )
     # Ray itself ends a driver whose GCS has been gone for 60 s: let go of the cluster well before.
     ray_lost_after_s: float = Field(
         10.0, gt=0, le=45,
         description="A cluster that does not answer for this long is lost: its runs fail and the trainer reconnects.",
     )
     ray_retry_interval_s: float = Field(2.0, gt=0, description="Wait between attempts to connect to Ray.")
-    entrypoint_allowlist: list[str] = Field(
+    entrypoint_allowlist: StrList = Field(
         default_factory=lambda: list(DEFAULT_ALLOWLIST),
         description="Module prefixes whose functions runs may call; modules inside a run's own uploaded "
         "package are allowed on top (see paddleray.services.common.entrypoints).",

@@ -4,22 +4,31 @@ Every rule names the field it checks (INVALID_ARGUMENT); the spec's own rules ar
 the scheduler applies at CreateJob (paddleray.services.common.training_spec); an entrypoint that is neither under
 the allowlist nor a module file of the run's own package is PERMISSION_DENIED
 (paddleray.services.common.entrypoints). A working_dir naming a package resolves to the
-stored zip under the shared storage root.
+stored zip under the shared storage root (paddleray.services.common.packages.stored_package).
 """
 
 from __future__ import annotations
 
 import math
 import sys
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import entrypoints, errors, names, packages, structs, training_spec
-from paddleray.services.trainer.checkpoints import RetentionPolicy, read_checkpoint
+from paddleray.services.common import (
+    entrypoints,
+    errors,
+    model_manifest,
+    names,
+    packages,
+    storage_paths,
+    structs,
+    training_spec,
+)
+from paddleray.services.common.checkpoints import RetentionPolicy, read_checkpoint
+from paddleray.services.common.storage import is_uri
 
 _STRATEGIES = {
     common_pb2.PLACEMENT_STRATEGY_UNSPECIFIED: "PACK",
@@ -103,8 +112,7 @@ def run_spec(
     storage_root: str | Path = "",
 ) -> RunSpec:
     training_spec.validate_spec(spec, "spec")
-    env = _env(spec.runtime_env, storage_root)
-    package_files = _package_files(env.package_zip) if env.package_zip else None
+    env, package_files = _env(spec.runtime_env, storage_root)
     package_entrypoint = check_entrypoint(spec.entrypoint, allowlist, package_files)
     num_workers = spec.num_workers or 1
     if timeout_s is not None and not (math.isfinite(timeout_s) and 0 < timeout_s <= training_spec.MAX_TIMEOUT_S):
@@ -113,7 +121,7 @@ def run_spec(
     if resume_from_uri:
         if read_checkpoint(resume_from_uri) is None:
             raise errors.InvalidArgument("resume_from.uri", "must be a complete checkpoint directory (with its manifest)")
-        resume_from = str(Path(resume_from_uri))
+        resume_from = resume_from_uri if is_uri(resume_from_uri) else str(Path(resume_from_uri))
     return RunSpec(
         entrypoint=spec.entrypoint,
         config=structs.to_python(spec.config),
@@ -135,27 +143,22 @@ def run_spec(
 
 def _resources(resources: common_pb2.Resources) -> WorkerResources:
     return WorkerResources(
-        # A worker always takes some CPU: Ray would otherwise pack any number of them on one node.
-        num_cpus=resources.num_cpus or 1.0,
+        num_cpus=training_spec.cpus(resources),
         num_gpus=resources.num_gpus,
         memory_bytes=resources.memory_bytes,
         custom=tuple(sorted(resources.custom.items())),
     )
 
 
-def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> EnvSpec:
+def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> tuple[EnvSpec, tuple[str, ...] | None]:
+    """The run's environment, and the files of its package (None without one)."""
     field = "spec.runtime_env.working_dir"
     if env.image and env.working_dir:
         raise errors.InvalidArgument(field, "cannot be combined with image (Ray's image_uri takes only env_vars)")
-    package_zip = ""
+    package_zip, package_files = "", None
     if packages.is_package_uri(env.working_dir):
-        path = packages.zip_path(storage_root, packages.digest_from_uri(env.working_dir, field))
-        if not path.is_file():
-            raise errors.FailedPrecondition(
-                f"{field}: package {env.working_dir} is not in the trainer's storage root ({storage_root}); "
-                "upload it to a scheduler that shares this storage root"
-            )
-        package_zip = str(path)
+        package = packages.stored_package(env.working_dir, storage_root, field, sys.modules)
+        package_zip, package_files = str(package.zip_path), package.files
     elif env.working_dir and "://" not in env.working_dir and not _exists(Path(env.working_dir)):
         raise errors.InvalidArgument(field, "must be a directory the trainer can read, or a URI that Ray accepts")
     if any(not key for key in env.env_vars):
@@ -163,7 +166,7 @@ def _env(env: common_pb2.RuntimeEnv, storage_root: str | Path) -> EnvSpec:
     return EnvSpec(
         image=env.image, env_vars=tuple(sorted(env.env_vars.items())), working_dir=env.working_dir,
         package_zip=package_zip,
-    )
+    ), package_files
 
 
 def _exists(path: Path) -> bool:
@@ -173,38 +176,34 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def _package_files(path: str) -> list[str]:
-    field = "spec.runtime_env.working_dir"
-    try:
-        files = packages.file_names(Path(path))
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise errors.FailedPrecondition(f"{field}: the stored package cannot be read: {exc}") from exc
-    packages.check_no_shadowing(files, sys.modules, field)
-    return files
-
-
 def _init_from(init_from: common_pb2.InitFrom, storage_root: str | Path) -> str:
     """The directory user code gets as ctx.init_checkpoint: a complete checkpoint, or an
     exported model version (its manifest.json written)."""
     field = "spec.init_from"
     source = init_from.WhichOneof("source")
+    path: Path | str
     if init_from.resolved_uri:
-        path, field = Path(init_from.resolved_uri), f"{field}.resolved_uri"
+        path, field = _location(init_from.resolved_uri), f"{field}.resolved_uri"
     elif source == "checkpoint_uri":
-        path, field = Path(init_from.checkpoint_uri), f"{field}.checkpoint_uri"
+        path, field = _location(init_from.checkpoint_uri), f"{field}.checkpoint_uri"
     elif source == "model_version":
         field = f"{field}.model_version"
         ids = names.MODEL_VERSION.parse(init_from.model_version, field)
-        path = Path(storage_root) / "models" / ids["model"] / "versions" / ids["version"]
+        path = storage_paths.model_version_dir(storage_root, ids["model"], ids["version"])
     elif source == "job":
         raise errors.InvalidArgument(
             f"{field}.job", "is resolved by the scheduler; StartRun takes resolved_uri or checkpoint_uri"
         )
     else:
         raise errors.InvalidArgument(field, "set one of checkpoint_uri, model_version or resolved_uri")
-    if read_checkpoint(path) is None and not (path / "manifest.json").is_file():
+    if read_checkpoint(path) is None and not model_manifest.exists(path):
         raise errors.InvalidArgument(field, "must be a complete checkpoint directory or an exported model version")
     return str(path)
+
+
+def _location(uri: str) -> Path | str:
+    """A checkpoint or model directory as named: a local path, or a URI of an object store."""
+    return uri if is_uri(uri) else Path(uri)
 
 
 def _strategy(value: common_pb2.PlacementStrategy) -> str:

@@ -7,9 +7,11 @@ refs or pushed to a thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,8 +21,9 @@ from typing import Any
 import ray
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors, names, paging, ray_private
+from paddleray.services.common import errors, idempotency, names, paging, ray_private
 from paddleray.services.common.ray_connection import RayConnection, in_daemon_thread
+from paddleray.services.common.storage import is_uri
 from paddleray.services.trainer import runs
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
@@ -33,7 +36,9 @@ from paddleray.services.trainer.worker_group import WorkerGroup
 
 log = logging.getLogger(__name__)
 
-_MAX_REQUEST_ID = 128
+# Resources Ray makes for each placement group ("CPU_group_<pg id>", "CPU_group_<i>_<pg id>",
+# "bundle_group_..."): one set per run, so the view would grow with the runs; nothing asks for them.
+_PLACEMENT_GROUP_RESOURCE = re.compile(r"(^bundle_group_|_group_(\d+_)?[0-9a-f]{16,}$)")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Resources:
         custom = {
             k: v for k, v in amounts.items()
             if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:")
+            and not _PLACEMENT_GROUP_RESOURCE.search(k)
         }
         return cls(amounts.get("CPU", 0.0), amounts.get("GPU", 0.0), int(amounts.get("memory", 0)), custom)
 
@@ -71,11 +77,17 @@ def parse_run_name(name: str) -> str:
     return names.RUN.parse_one(name)
 
 
+def _repeated(earlier: runs.RunRecord, fingerprint: str) -> runs.RunRecord:
+    """The run a repeated request_id started, when the request repeats the first one."""
+    idempotency.check_repeat(earlier.request_fp, fingerprint)
+    return earlier
+
+
 class Trainer:
     def __init__(self, settings: TrainerSettings) -> None:
         self.settings = settings
-        self.storage_root = Path(settings.storage_root)
-        self.registry = runs.RunRegistry(self.storage_root)
+        self.storage_root: Path | str = settings.storage_root if is_uri(settings.storage_root) else Path(settings.storage_root)
+        self.registry = runs.RunRegistry(self._records_dir(settings), self.storage_root)
         self.pool = WorkerPool(
             max_idle_groups=settings.pool_max_idle_groups,
             idle_ttl_s=settings.pool_idle_ttl_s,
@@ -94,6 +106,14 @@ class Trainer:
             lost_after_s=settings.ray_lost_after_s,
             retry_interval_s=settings.ray_retry_interval_s,
         )
+
+    @staticmethod
+    def _records_dir(settings: TrainerSettings) -> Path:
+        """The run records' directory: the storage root's own (runs/ beside the checkpoints),
+        or a local one when checkpoints and logs are on an object store."""
+        if not is_uri(settings.storage_root):
+            return Path(settings.storage_root)
+        return settings.records_dir or Path.home() / ".paddleray" / "trainer-records"
 
     async def start(self) -> None:
         """Loads earlier runs, then connects to Ray; returns once the trainer can serve.
@@ -162,13 +182,14 @@ class Trainer:
         resume_from: common_pb2.Checkpoint | None = None,
         labels: dict[str, str] | None = None,
         tenant: str = "default",
+        fingerprint: str = "",
     ) -> runs.RunRecord:
+        """fingerprint: of the request (common/idempotency.py); a repeated request_id must repeat it."""
         self._require_loaded()
         self.ray_connection.require()
-        if len(request_id) > _MAX_REQUEST_ID:
-            raise errors.InvalidArgument("request_id", f"must be at most {_MAX_REQUEST_ID} characters")
+        idempotency.check_request_id(request_id)
         if request_id and (earlier := self.registry.by_request_id(request_id)) is not None:
-            return earlier
+            return _repeated(earlier, fingerprint)
         if run_id:
             names.check_id(run_id, "run_id")
         else:
@@ -179,10 +200,10 @@ class Trainer:
             from paddleray.services.trainer.datasets import resolve_datasets
 
             # A bad path or format fails the request, not the run later.
-            await asyncio.to_thread(resolve_datasets, spec.datasets, self.storage_root)
+            await in_daemon_thread(functools.partial(resolve_datasets, spec.datasets, self.storage_root))
             # A retry of this request may have been accepted while the files were checked.
             if request_id and (earlier := self.registry.by_request_id(request_id)) is not None:
-                return earlier
+                return _repeated(earlier, fingerprint)
         record = self.registry.add(
             runs.RunRecord(
                 run_id=run_id,
@@ -193,6 +214,7 @@ class Trainer:
                 resume_from=resume_from if resume_uri else None,
                 labels=dict(labels or {}),
                 tenant=tenant,
+                request_fp=fingerprint if request_id else "",
             )
         )
         executor = RunExecutor(
@@ -256,7 +278,7 @@ class Trainer:
         if rank is not None and not 0 <= rank < world:
             raise errors.InvalidArgument("rank", f"must be between 0 and {world - 1}")
         reader = LogReader(RunPaths.of(self.storage_root, record.run_id).logs, [rank] if rank is not None else list(range(world)))
-        first = reader.stream() if tail_lines == 0 else iter(await asyncio.to_thread(reader.initial, tail_lines))
+        first = reader.stream() if tail_lines == 0 else iter(await in_daemon_thread(functools.partial(reader.initial, tail_lines)))
         async for batch in _batches(first):
             yield batch
         while follow and not record.terminal:
@@ -271,12 +293,13 @@ class Trainer:
     async def cluster_resources(self) -> ClusterResources:
         self.ray_connection.require()
         try:
-            total, available, nodes, per_node = await asyncio.to_thread(_ray_resources)
+            total, available, nodes, per_node = await in_daemon_thread(_ray_resources)
         except Exception as exc:  # noqa: BLE001 - any failure to reach Ray
             raise errors.Unavailable(f"Ray cannot be reached: {exc}") from exc
         # Idle warm groups hold reservations that any run may take (they are evicted for it).
         reclaimable = self.pool.idle_resources()
-        available = {k: available.get(k, 0.0) + reclaimable.get(k, 0.0) for k in {*available, *reclaimable}}
+        available = _plus(available, reclaimable)
+        idle_on = self.pool.idle_resources_by_node()
         return ClusterResources(
             total=Resources.from_ray(total),
             available=Resources.from_ray(available),
@@ -285,7 +308,7 @@ class Trainer:
                     node_id=node["NodeID"],
                     address=node.get("NodeManagerAddress", ""),
                     total=Resources.from_ray(node.get("Resources", {})),
-                    available=Resources.from_ray(per_node.get(node["NodeID"], {})),
+                    available=Resources.from_ray(_plus(per_node.get(node["NodeID"], {}), idle_on.get(node["NodeID"], {}))),
                 )
                 for node in nodes
                 if node.get("Alive")
@@ -314,8 +337,12 @@ class Trainer:
 async def _batches(lines: Iterator[LogLine]) -> AsyncIterator[list[LogLine]]:
     """Lines in messages of about 1 MiB, each read in a thread: a run's logs may be large,
     and the event loop serves every call."""
-    while batch := await asyncio.to_thread(next_batch, lines):
+    while batch := await in_daemon_thread(functools.partial(next_batch, lines)):
         yield batch
+
+
+def _plus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in {*a, *b}}
 
 
 def _ray_resources() -> tuple[dict, dict, list[dict[str, Any]], dict[str, dict]]:

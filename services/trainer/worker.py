@@ -1,7 +1,7 @@
 """WorkerActor: one Ray actor per rank that runs the user's function, one call at a time.
 
-It is not stateless: between calls it keeps what makes it worth keeping warm (Paddle
-imported, the device set, the collective group it joined, which Paddle lets a process join
+It is not stateless: between calls it keeps what makes it worth keeping warm (Paddle,
+once imported, the device set, the collective group it joined, which Paddle lets a process join
 only once), and during a call the user-code thread, the queue of reports not yet polled and
 the stop flag. The pool hands a whole group to the next run only with the same world size and
 environment, so that state is what the next run expects. User code
@@ -23,10 +23,14 @@ import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ray
 
-from paddleray.services.trainer.backend import gpu_process_env, math_thread_env, probe_gpu_memory_mb
+from paddleray.services.common.call_state import fresh_call
+from paddleray.services.common.gpu_env import gpu_process_env, probe_gpu_memory_mb
+from paddleray.services.common.ray_connection import start_daemon_thread
+from paddleray.services.trainer.backend import math_thread_env
 from paddleray.services.trainer.committer import CommitFailed
 from paddleray.services.trainer.context import ContextSpec, Report, TrainContext
 from paddleray.services.trainer.logs import capture_output
@@ -60,20 +64,30 @@ class Poll:
 
 
 class WorkerActor:
-    def __init__(self, num_gpus: float = 0.0) -> None:
+    def __init__(self, num_gpus: float = 0.0, has_working_dir: bool = False) -> None:
         if num_gpus > 0:
             gpu_ids = ray.get_gpu_ids()
             total = probe_gpu_memory_mb(str(gpu_ids[0])) if num_gpus < 1 and gpu_ids else None
             # Paddle reads FLAGS_* once, when it is imported: set them first.
             os.environ.update(gpu_process_env(num_gpus, gpu_ids, total))
+        else:
+            # No GPU given, none seen: Ray leaves a GPU-less worker every card of its node, and
+            # Paddle (GPU build) would pick one the scheduler never gave out.
+            os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
         os.environ.update(math_thread_env(os.environ))
         # Ray starts a worker with a working_dir in that directory (the unpacked package),
         # before any user code could change directory.
         self._working_dir = Path.cwd().resolve()
-        import paddle
-
-        self._paddle = paddle
+        # The unpacked package whose modules each call imports anew (call_state.py).
+        self._package_dir = self._working_dir if has_working_dir else None
+        # Paddle is imported when the worker first needs it: a GPU device, a collective group,
+        # or the user's own `import paddle` (a rank that computes on CPU alone needs nothing
+        # of Paddle before its code runs). Importing it costs a process about 250 MB and 3-7 s
+        # of CPU here: hundreds of small concurrent runs could not start if each paid it
+        # up front (bench concurrency). A warm worker keeps it once imported.
         self._device = "cpu"
+        if num_gpus > 0:
+            self._import_paddle()
         self._reports: queue.Queue = queue.Queue(_MAX_QUEUED_REPORTS)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,12 +111,18 @@ class WorkerActor:
 
     def set_device(self, device: str) -> None:
         self._device = device
-        self._paddle.set_device(device)
+        if device != "cpu" or _imported_paddle() is not None:
+            self._import_paddle().set_device(device)
 
     def join_collective(self, env: dict[str, str], device: str) -> None:
         os.environ.update(env)
         self.set_device(device)
-        self._paddle.distributed.init_parallel_env()
+        self._import_paddle().distributed.init_parallel_env()
+
+    def _import_paddle(self) -> Any:
+        import paddle
+
+        return paddle
 
     def start(self, entrypoint: str, spec: ContextSpec, from_package: bool = False) -> None:
         if self._thread is not None:
@@ -112,10 +132,7 @@ class WorkerActor:
                 raise RuntimeError("this worker is still running a function")
         self._reports = queue.Queue(_MAX_QUEUED_REPORTS)
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(entrypoint, spec, from_package), daemon=True, name="user-code"
-        )
-        self._thread.start()
+        self._thread = start_daemon_thread(self._run, "user-code", (entrypoint, spec, from_package))
 
     def next_reports(self, timeout_s: float) -> Poll:
         """Reports since the last call, waiting up to timeout_s for the first one."""
@@ -146,7 +163,8 @@ class WorkerActor:
         self._reports.put(report)
 
     def _run(self, entrypoint: str, spec: ContextSpec, from_package: bool) -> None:
-        with capture_output(spec.paths.logs, spec.rank):
+        mirror = str(spec.paths.logs) if spec.paths.remote else None
+        with capture_output(spec.paths.local_logs, spec.rank, mirror):
             outcome = self._call(entrypoint, spec, from_package)
             if not outcome.ok:
                 print(outcome.traceback, file=sys.stderr, flush=True)
@@ -154,23 +172,8 @@ class WorkerActor:
 
     def _call(self, entrypoint: str, spec: ContextSpec, from_package: bool) -> Outcome:
         try:
-            # Paddle's expected place is per thread: set it where the user code runs.
-            self._paddle.set_device(self._device)
-            module_name, _, function_name = entrypoint.partition(":")
-            module = importlib.import_module(module_name)
-            if from_package:
-                self._check_from_package(module)
-            function = getattr(module, function_name)
-            context = TrainContext(spec, self._hand_over, self._stop)
-            try:
-                function(spec.config, context)
-            except BaseException:
-                # Checkpoints reported before the failure are still committed and handed over
-                # (a retry resumes from the newest); the function's error is the run's cause.
-                with contextlib.suppress(Exception):
-                    context.close()
-                raise
-            context.close()  # a failed commit fails the run here
+            with fresh_call(_imported_paddle(), self._package_dir):
+                self._call_in_scope(entrypoint, spec, from_package)
         except SystemExit as exc:
             if exc.code in (None, 0):
                 return Outcome(ok=True)
@@ -180,6 +183,26 @@ class WorkerActor:
                            user_code=not isinstance(exc, CommitFailed))
         return Outcome(ok=True)
 
+    def _call_in_scope(self, entrypoint: str, spec: ContextSpec, from_package: bool) -> None:
+        # Paddle's expected place is per thread: set it where the user code runs (a Paddle that
+        # user code imports in this thread starts on CPU, the device of a worker without GPUs).
+        if (paddle := _imported_paddle()) is not None:
+            paddle.set_device(self._device)
+        module_name, _, function_name = entrypoint.partition(":")
+        module = importlib.import_module(module_name)
+        if from_package:
+            self._check_from_package(module)
+        function = getattr(module, function_name)
+        context = TrainContext(spec, self._hand_over, self._stop)
+        try:
+            function(spec.config, context)
+        except BaseException:
+            # Checkpoints reported before the failure are still committed and handed over
+            # (a retry resumes from the newest); the function's error is the run's cause.
+            with contextlib.suppress(Exception):
+                context.close()
+            raise
+        context.close()  # a failed commit fails the run here
 
     def _check_from_package(self, module) -> None:
         """A module allowed as package code must have been loaded from the package: a name the
@@ -191,6 +214,11 @@ class WorkerActor:
                 f"entrypoint module {module.__name__!r} was loaded from {origin or 'no file'}, not from the "
                 f"job's package ({self._working_dir}); only modules of the package or the allowlist may run"
             )
+
+
+def _imported_paddle() -> Any | None:
+    """Paddle if this process imported it (by the worker or by user code), else None."""
+    return sys.modules.get("paddle")
 
 
 def _summary(exc: BaseException) -> str:

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,7 +21,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from paddleray.services.common import ray_private
-from paddleray.services.common.ray_connection import in_daemon_thread
+from paddleray.services.common.ray_connection import free_in_daemon_thread, in_daemon_thread
 from paddleray.services.trainer import metrics
 from paddleray.services.trainer.backend import PaddleBackend, PaddleBackendConfig
 from paddleray.services.trainer.records import WorkerInfo
@@ -117,13 +116,13 @@ class WorkerGroup:
         """Starts the actors (Paddle imported in each) and joins them into one collective group."""
         runtime_env = self.spec.env.to_ray()
         if self.spec.env.working_dir:
-            runtime_env = await asyncio.to_thread(ray_private.upload_working_dir, runtime_env)
+            runtime_env = await in_daemon_thread(functools.partial(ray_private.upload_working_dir, runtime_env))
         actor_class = _worker_actor_class()
 
         def create() -> list[Any]:
             return [
                 actor_class.options(**actor_options(self.spec, self.placement, rank, runtime_env)).remote(
-                    self.spec.resources.num_gpus
+                    self.spec.resources.num_gpus, bool(self.spec.env.working_dir)
                 )
                 for rank in range(self.spec.num_workers)
             ]
@@ -147,7 +146,7 @@ class WorkerGroup:
         if self.placement is not None:
             # A GCS call: it blocks for up to a minute while the head is down (a dead actor
             # is how a head restart first shows), so it never runs on the event loop.
-            threading.Thread(target=_remove_quietly, args=(self.placement,), daemon=True).start()
+            free_in_daemon_thread(_remove_quietly, self.placement)
         log.info("worker group %d killed (%d actors)", self.id, len(self.actors))
 
 

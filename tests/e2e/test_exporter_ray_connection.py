@@ -3,7 +3,9 @@
 A Ray head restart used to kill the exporter (Ray's WrongClusterID fatal check, when a driver's
 GCS comes back as a new cluster). Now, as the trainer (services/common/ray_connection.py): while
 the head is away the exporter says NOT_SERVING, ExportModel answers UNAVAILABLE, the export in
-flight ends FAILED (WORKER_LOST) and the deployment UNHEALTHY with the reason; the process lives
+flight ends FAILED (WORKER_LOST) and the deployment UNHEALTHY with the reason; with
+ray_lost_exit false (by default the process exits instead and its supervisor starts a fresh one:
+tests/reliability/test_head_crash_loop.py) the process lives
 on, connects to the restarted head by itself, serves again, and the reconciler deploys the
 recorded deployment again on the new cluster (Serve's state died with the old head), which
 answers inference again.
@@ -24,12 +26,12 @@ from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import deployment_pb2, exporter_service_pb2_grpc, model_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.inference.v2 import grpc_service_pb2_grpc
-from paddleray.services.exporter.serving import codec
-from paddleray.services.exporter.store import RegistryStore
+from paddleray.services.exporter.serving.replica import codec
+from paddleray.services.exporter.store.registry_store import RegistryStore
 from paddleray.services.localstack.ray_head import RayHead
 from support import free_port, wait_until
 from support.exporter import BUILDERS, WORKERS, ExporterClient, ExporterProcess, linear_checkpoint, ready_version
-from support.serving import export_model
+from support.serving import export_model, rest_infer
 
 pytestmark = pytest.mark.e2e
 D = deployment_pb2.DeploymentState
@@ -90,11 +92,12 @@ def _wait_deployment(stub, name: str, state: int, exporter: ExporterProcess) -> 
                              f"{exporter.log.read_text()[-4000:]}") from None
 
 
-def _infer(port: int | str) -> list[float]:
-    """At Serve's proxy port, or at an address (a deployment's own endpoint)."""
-    with grpc.insecure_channel(port if isinstance(port, str) else f"127.0.0.1:{port}") as channel:
+def _infer(endpoint: str) -> list[float]:
+    """At the deployment's gRPC endpoint, with the model's `application` metadata."""
+    with grpc.insecure_channel(endpoint) as channel:
         stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        response = stub.ModelInfer(codec.encode_request("mlp", {"x": np.ones((1, 64), np.float32)}), timeout=60)
+        response = stub.ModelInfer(codec.encode_request("mlp", {"x": np.ones((1, 64), np.float32)}), timeout=60,
+                                   metadata=(("application", "mlp"),))
     return codec.decode_response(response)["fetch_name_0"].ravel().tolist()
 
 
@@ -112,7 +115,7 @@ def test_a_head_restart_fails_the_export_in_flight_and_the_exporter_reconnects_a
     own_head.start()
     exporter = ExporterProcess(redis_url, own_head.address, storage, tmp_path, serving_grpc_port=inference_port,
                                ray_probe_interval_s=0.5, ray_lost_after_s=3, ray_retry_interval_s=1,
-                               reconcile_interval_s=1)
+                               reconcile_interval_s=1, ray_lost_exit="false")
     try:
         _wait_status(exporter, SERVING, HEAD_START_S)
         # A READY version with a real artifact (exported here, not on the cluster) and its deployment.
@@ -126,9 +129,11 @@ def test_a_head_restart_fails_the_export_in_flight_and_the_exporter_reconnects_a
                 traffic=[deployment_pb2.TrafficTarget(model_version=f"models/mlp/versions/{number}", percent=100)])
             name = stub.CreateDeployment(es.CreateDeploymentRequest(deployment_id="mlp", deployment=deployment),
                                          timeout=30).deployment.name
-            direct = _wait_deployment(stub, name, D.DEPLOYMENT_STATE_HEALTHY, exporter).direct_endpoint
-            before = _infer(inference_port)
-            assert direct and _infer(direct) == before
+            healthy = _wait_deployment(stub, name, D.DEPLOYMENT_STATE_HEALTHY, exporter)
+            assert healthy.endpoint == f"127.0.0.1:{inference_port}"
+            before = _infer(healthy.endpoint)
+            assert rest_infer(healthy.http_endpoint, {"x": np.ones((1, 64), np.float32)})[1]["fetch_name_0"].ravel() \
+                == pytest.approx(before, rel=1e-5)
             # An export running on the cluster when it goes (the builder sleeps for a minute).
             checkpoint = linear_checkpoint(storage)
             env = common_pb2.RuntimeEnv(env_vars={"PYTHONPATH": str(WORKERS)})
@@ -153,9 +158,9 @@ def test_a_head_restart_fails_the_export_in_flight_and_the_exporter_reconnects_a
             _wait_status(exporter, SERVING, HEAD_START_S)
             # Serve's apps died with the old head: the reconciler deployed them again by itself.
             again = _wait_deployment(stub, name, D.DEPLOYMENT_STATE_HEALTHY, exporter)
-            assert _infer(inference_port) == before
-            # Its own endpoint is back on the same address (the port is the deployment's, in Redis).
-            assert again.direct_endpoint == direct and _infer(direct) == before
+            # On the same endpoints: the head's ports were free again when Serve started there.
+            assert (again.endpoint, again.http_endpoint) == (healthy.endpoint, healthy.http_endpoint)
+            assert _infer(again.endpoint) == before
             assert client.get(slow.name).state == S.MODEL_VERSION_STATE_FAILED
         assert _status(exporter) == SERVING
     finally:

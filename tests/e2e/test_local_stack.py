@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import grpc
 import pytest
@@ -15,7 +17,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 
 from paddleray.services.localstack import stack
 from paddleray.services.localstack.health import serving
-from paddleray.services.localstack.ports import pid_alive, port_open
+from paddleray.services.localstack.ports import pid_alive, port_open, wait_until
 from paddleray.services.localstack.redis_process import redis_reachable
 
 pytestmark = pytest.mark.e2e
@@ -60,11 +62,23 @@ def test_up_starts_everything_healthy_and_down_stops_exactly_it(tmp_path):
         status = _paddleray("status", "--state-dir", str(state_dir), env={"COLUMNS": "200"})
         assert status.returncode == 0 and "NOT SERVING" not in status.stdout
         assert "own (started by the stack)" in status.stdout
+        # A service that dies is started again by its supervisor, on its old address (issue 21.3).
+        scheduler = state["services"]["scheduler"]
+        killed = json.loads((state_dir / "scheduler.ready.json").read_text())["pid"]
+        os.kill(killed, signal.SIGKILL)
+
+        def back() -> bool:
+            ready = json.loads((state_dir / "scheduler.ready.json").read_text())
+            return ready["pid"] != killed and serving(scheduler["address"])
+
+        wait_until(back, timeout=180, interval=0.5, message=f"the scheduler back (log: {scheduler['log_file']})")
+        assert f"supervisor: scheduler (pid {killed}) was killed by SIGKILL" in Path(scheduler["log_file"]).read_text()
+        restarted = json.loads((state_dir / "scheduler.ready.json").read_text())["pid"]
     finally:
         stopped = _paddleray("down", "--state-dir", str(state_dir))
     assert stopped.returncode == 0, stopped.stderr
     assert not (state_dir / "state.json").exists()
-    pids = [p["pid"] for p in state["services"].values()] + [state["ray_pid"], state["redis_pid"]]
+    pids = [p["pid"] for p in state["services"].values()] + [state["ray_pid"], state["redis_pid"], restarted]
     assert not [pid for pid in pids if pid_alive(pid)]
     assert not redis_reachable(state["redis_url"])
     assert _paddleray("status", "--state-dir", str(state_dir)).returncode == 7  # ExitCode.UNREACHABLE (docs/cli.md)
@@ -108,7 +122,8 @@ def test_the_stack_starts_again_and_again_without_a_port_clash(tmp_path, redis_u
             for name, process in state.services.items():
                 ready = json.loads((state_dir / f"{name}.ready.json").read_text())
                 # The address in the state file is the one the service reported having bound.
-                assert (ready["pid"], process.address) == (process.pid, f"127.0.0.1:{ready['port']}")
+                # process.pid is the service's supervisor (supervisor.py), the ready file's writer its child.
+                assert process.pid == ready["parent_pid"] and process.address == f"127.0.0.1:{ready['port']}", ready
                 assert serving(process.address), f"iteration {i}: {name} not SERVING"
                 metrics = urllib.request.urlopen(f"http://{process.metrics_address}/metrics", timeout=5).read()
                 assert b"paddleray_grpc_requests_total" in metrics

@@ -113,9 +113,10 @@ def test_the_readme_demo_tells_the_whole_story_and_leaves_a_running_stack_alone(
     # measured on the same rows with the exported checkpoint.
     assert summary["deployment"]["state"] == "DEPLOYMENT_STATE_HEALTHY"
     inference = summary["inference"]
-    # Queried at the deployment's own endpoint (its replicas serve it), not through Serve's proxy.
+    # Queried at the endpoint the deployment shows (Serve's HAProxy, straight to its replicas).
     deployment = summary["deployment"]
-    assert inference["rows"] == 359 and inference["endpoint"] == deployment["direct_endpoint"] != deployment["endpoint"]
+    assert inference["rows"] == 359 and inference["endpoint"] == deployment["endpoint"]
+    assert deployment["http_endpoint"].endswith(f"/v2/models/{deployment['serving_name']}")
     assert abs(inference["accuracy"] - inference["expected_accuracy"]) <= 2 / inference["rows"], inference
     assert inference["batch_call"]["agrees_with_single_rows"]
     latency = inference["latency_ms"]

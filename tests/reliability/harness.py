@@ -22,6 +22,8 @@ from google.protobuf import descriptor as d
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import settings
 
+from support.proto_contract import documented_codes
+
 FORBIDDEN = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 MUTATING = ("Create", "Update", "Delete", "Cancel", "Start", "Stop", "Export", "Upload")
 UNARY_TIMEOUT_S = 15.0
@@ -125,7 +127,8 @@ class Target:
         printer.text(repr(self))
 
     def send(self, method: d.MethodDescriptor, kind: str, payloads: bytes | list[bytes], shown: object) -> None:
-        """One fuzzed call, checked: no INTERNAL/UNKNOWN; a rejected mutation changes nothing."""
+        """One fuzzed call, checked: no INTERNAL/UNKNOWN, no code its proto comment does not list;
+        a rejected mutation changes nothing."""
         mutating = method.name.startswith(MUTATING)
         before = self.fingerprint() if mutating else None
         code = invoke(self.channel, method, payloads)
@@ -133,6 +136,8 @@ class Target:
         problem = ""
         if code in FORBIDDEN:
             problem = f"answered {code.name}"
+        elif code.name not in documented_codes(method.containing_service.full_name, method.name):
+            problem = f"answered {code.name}, which its contract in protos/ does not list"
         elif mutating and code != grpc.StatusCode.OK and (after := self.fingerprint()) != before:
             problem = f"rejected with {code.name} but changed state: {_diff(before, after)}"
         if problem:

@@ -104,6 +104,38 @@ FAULT_TESTS = (
               "Ray unreachable", "NOT_SERVING and no export started"),
     FaultTest("tests/integration/serving/test_restart.py", "test_serving_again_after_a_ray_head_restart",
               "the Ray head under Ray Serve restarted", "the deployments serve inference again"),
+    FaultTest("tests/reliability/test_redis_outages.py",
+              "test_a_create_retried_after_a_redis_restart_gets_its_job_and_nothing_fails_once_redis_is_back",
+              "a CreateJob's reply lost after Redis ran it, then Redis (AOF) SIGKILLed and restarted under the scheduler",
+              "the create is answered UNAVAILABLE and the client's retry with its request_id gets that very job; "
+              "no job lost or made twice; from the first call after Redis is back none fails on a dead connection"),
+    FaultTest("tests/reliability/test_redis_outages.py", "test_the_exporter_logs_a_redis_outage_once_without_a_traceback",
+              "Redis SIGKILLed for 6 s under a running exporter process, then restarted",
+              "one log line when the outage starts and one when it ends, nothing per pass and no traceback"),
+    FaultTest("tests/reliability/test_lost_store.py", "test_an_empty_redis_freezes_serving_until_restored_or_confirmed",
+              "the exporter's Redis (AOF) SIGKILLed and started empty under a served model, then its data restored; "
+              "lost again and confirmed by an operator",
+              "Serve keeps the model RUNNING while the store is lost (10 s, the old code deleted it in 3-8 s), health "
+              "NOT_SERVING, changes refused FAILED_PRECONDITION, one ERROR naming the reason; restored: SERVING and "
+              "HEALTHY as before; confirmed: the empty state applied (the model deleted)"),
+    FaultTest("tests/reliability/test_head_crash_loop.py", "test_serving_is_back_after_every_sigkill_of_the_ray_head",
+              "the Ray head's process group SIGKILLed under a served model (an exporter process under the local "
+              "stack's supervisor) and started again on its port, 10 times in a row (2 in the default profile)",
+              "after every crash the exporter exits (code 75), is started again on its old port in a fresh "
+              "process, deploys again, and an inference answers with the model's own outputs; no SIGSEGV, and "
+              "clients see UNAVAILABLE or their deadline meanwhile (Serve's HAProxy 503 page through "
+              "paddleray-haproxy, and the server app's UNAVAILABLE for a model whose app is not deployed "
+              "again yet: never INTERNAL, UNKNOWN or NOT_FOUND); per round the seconds from the crash and "
+              "from the head's restart to the first OK inference"),
+    FaultTest("tests/integration/localstack/test_supervisor.py",
+              "test_a_killed_service_comes_back_on_its_port_and_a_stopped_supervisor_stops_it",
+              "a service of the local stack SIGKILLed",
+              "its supervisor starts it again on its old port and logs the restart; stopped, it stops the service "
+              "and restarts nothing"),
+    FaultTest("tests/reliability/test_deployments_apart.py", "test_a_deployment_waiting_for_resources_holds_no_other_change",
+              "a deployment whose replica waits for resources no node has free, beside two that serve",
+              "a traffic update of another deployment is HEALTHY and a delete of a third applied in seconds (they "
+              "waited 353 s and 5 min 50 s); the waiting one says UNHEALTHY, insufficient resources"),
     FaultTest("tests/e2e/cli/test_sdk_resume.py", "test_watch_job_resumes_after_the_scheduler_restarts",
               "the scheduler restarted under a client's WatchJob", "the SDK resumes the stream, missing no event"),
     FaultTest("tests/e2e/cli/test_sdk_resume.py", "test_followed_logs_resume_after_the_scheduler_restarts",
@@ -122,6 +154,39 @@ FINDINGS = (
      "ExportModel finding, not by a fuzz run",
      "common.training_spec: paths and URIs must not contain NUL, at both services",
      "`tests/unit/common/test_training_spec.py::test_the_scheduler_and_the_trainer_refuse_alike` (3 NUL cases)"),
+)
+
+
+# What an operator does when a fault needs one (written into the report as it is).
+OPERATOR_NOTES = (
+    "## What an operator does",
+    "",
+    "### The exporter's Redis came back empty (`serving frozen` in its log)",
+    "",
+    "A Redis that returns without its data (a failover to an empty replica, a lost volume) no longer "
+    "tears serving down (`services/exporter/store/store_guard.py`; test "
+    "`tests/reliability/test_lost_store.py`). The exporter tells it from a user's deletes: its installation "
+    "marker (`paddleray:exp:installation`) is gone or another, or Ray Serve runs models that the store does "
+    "not record (the GCS record of the installation that manages Serve names what it last applied). Then it "
+    "applies and deletes nothing (Serve keeps answering every model it served), reports health NOT_SERVING, "
+    "refuses CreateDeployment, UpdateDeployment and DeleteDeployment with FAILED_PRECONDITION naming the "
+    "reason, logs `serving frozen: <reason>` once at ERROR, and records the reason in the store "
+    "(`paddleray:exp:store-lost`), so a restarted exporter stays frozen too. Inference keeps working; only "
+    "changes wait. The operator either:",
+    "",
+    "1. restores the store: bring back the Redis data (the replica or volume that has it, or a backup's RDB / "
+    "AOF files). The restored data has its marker and no `store-lost` record: the next pass (within "
+    "`reconcile_interval_s`) resumes, health says SERVING, and nothing is redeployed that still runs; or",
+    "2. confirms that what the store now holds is meant (the deployments are gone for good): run "
+    "`python -m paddleray.services.exporter.store.store_guard confirm` with the exporter's environment "
+    "(`PADDLERAY_EXPORTER_REDIS_URL`, e.g. `kubectl exec deployment/paddleray-exporter -- python -m "
+    "paddleray.services.exporter.store.store_guard confirm`). The next pass applies the store's state: every "
+    "model it does not record is deleted from Serve, and the exporter serves again. Deployments are then "
+    "created anew (their versions must be exported again if the registry went with the store). "
+    "`... store_guard status` says whether the store is marked lost and why.",
+    "",
+    "Exports in flight when the registry vanished end with it; models on the storage root are kept.",
+    "",
 )
 
 
@@ -245,6 +310,7 @@ def render(fuzz: dict | list[str], load: dict | None = None, faults: dict[str, d
         "",
         *figures.render_load(load),
         *figures.render_faults(FAULT_TESTS, faults or {}, recording_tests()),
+        *OPERATOR_NOTES,
         *figures.render_auth(auth or {}),
     ]
     return "\n".join(out).rstrip("\n") + "\n"

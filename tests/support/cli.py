@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -24,6 +25,28 @@ class Cli:
     def __call__(self, *args: str, env: dict | None = None):
         prefix = ["--address", self.address] if self.address else []
         return self.runner.invoke(app, [*prefix, *self.options, *args], env=env, catch_exceptions=False)
+
+
+def ok(result):
+    """A CLI result that succeeded and printed no traceback."""
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    return result
+
+
+def ok_json(result):
+    """The JSON a succeeded `-o json` command printed. A traceback inside it is data (a failed
+    attempt's failure message): only stderr must have none."""
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return json.loads(result.stdout)
+
+
+def created(result) -> str:
+    """The name a succeeded `submit` or `sweep` printed: "jobs/ID" or "experiments/ID"."""
+    match = re.search(r"created ((?:jobs|experiments)/\S+)", ok(result).stdout)
+    assert match, result.stdout
+    return match.group(1)
 
 
 def job_spec(tmp_path: Path, function: str, config: dict, **fields) -> Path:

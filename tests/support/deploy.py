@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from paddleray.services.common.peers import PeerSettings
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 
@@ -49,8 +51,18 @@ def settings_from_env(settings_class, prefix: str, env: dict[str, str | None], m
         if not name.startswith("PADDLERAY_"):
             continue
         assert name.startswith(prefix), name
-        field = name[len(prefix):].lower()
-        assert field in settings_class.model_fields, name
+        assert _is_setting(settings_class, name[len(prefix):].lower()), name
         # Secrets and pod fields are filled in by the platform; a stand-in shows the type fits.
         monkeypatch.setenv(name, "from-the-platform" if value is None else value)
     return settings_class()
+
+
+def _is_setting(settings_class, name: str) -> bool:
+    """A field, or a field of a peer (`trainer_tls_ca_file` is trainer.tls_ca_file)."""
+    if name in settings_class.model_fields:
+        return True
+    for field, info in settings_class.model_fields.items():
+        peer = info.annotation
+        if isinstance(peer, type) and issubclass(peer, PeerSettings) and name.startswith(f"{field}_"):
+            return name[len(field) + 1:] in peer.model_fields
+    return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,14 +15,19 @@ from pathlib import Path
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
 from paddleray.services.common import states
+from paddleray.services.common.checkpoints import CheckpointStore
 from paddleray.services.common.server import start_server, stop_server
 from paddleray.services.exporter.__main__ import registrations
 from paddleray.services.exporter.app import ExporterApp
 from paddleray.services.exporter.settings import ExporterSettings
 from paddleray.services.localstack.health import serving
 from paddleray.services.localstack.ports import read_ready_file
-from paddleray.services.trainer.checkpoints import CheckpointStore
 from support import free_port, wait_until
+from support.manifests import write_exported
+from support.paddle_modes import import_on_main_thread
+
+# Its helpers may run Paddle on a service's event-loop thread: Paddle's first import must not be there.
+import_on_main_thread()
 
 WORKERS = Path(__file__).parent.parent / "integration" / "exporter" / "workers"
 BUILDERS = "exporter_test_builders"
@@ -100,8 +106,9 @@ class ExporterClient:
         return [r.model_version for r in self.stub.WatchModelVersion(request, timeout=timeout)]
 
 
-def linear_checkpoint(storage_root: Path, builder: str = "build_linear", seed: int = 0) -> str:
-    """A complete checkpoint (model.pdparams + manifest) of one of the test builders, under storage_root."""
+def linear_checkpoint(storage_root: Path | str, builder: str = "build_linear", seed: int = 0) -> str:
+    """A complete checkpoint (model.pdparams + manifest) of one of the test builders, under
+    storage_root (a path: settings.storage_root is its text since object-store roots)."""
     import importlib
     import sys
 
@@ -113,6 +120,7 @@ def linear_checkpoint(storage_root: Path, builder: str = "build_linear", seed: i
     finally:
         sys.path.remove(str(WORKERS))
     paddle.seed(seed)
+    storage_root = Path(storage_root)
     staged = storage_root / "staged" / f"{builder}-{seed}"
     staged.mkdir(parents=True, exist_ok=True)
     paddle.save(getattr(module, builder)({}).state_dict(), str(staged / "model.pdparams"))
@@ -134,13 +142,15 @@ async def ready_version(store, storage_root: Path, model_id: str, backends=("pad
         check.median_latency.FromMicroseconds(100 - 50 * i)
     await store.update_version(record, version)
     directory = Path(storage_root) / "models" / model_id / "versions" / str(record.number)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "manifest.json").write_text("{}")
+    write_exported(directory, model_id, record.number, tenant)
     return record.number
 
 
 class ExporterProcess:
-    """`python -m paddleray.services.exporter` as a child process, killable with SIGKILL."""
+    """`python -m paddleray.services.exporter` as a child process, killable with SIGKILL, under the
+    local stack's supervisor as production runs it (services/localstack/supervisor.py: started
+    again on its old ports when it exits, which it does on a lost Ray cluster). `proc` is the
+    supervisor, the leader of the process group of both; `kill()` SIGKILLs both."""
 
     def __init__(self, redis_url: str, ray_address: str, storage_root: Path, log_dir: Path, port: int = 0,
                  **settings) -> None:
@@ -170,8 +180,8 @@ class ExporterProcess:
             **{f"PADDLERAY_EXPORTER_{k}": str(v) for k, v in settings.items()},
         }
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.exporter"], env=env, stdout=out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.localstack.supervisor", "exporter"],
+                                         env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
     def address(self) -> str:
@@ -193,11 +203,38 @@ class ExporterProcess:
 
         wait_until(up, timeout=timeout, interval=0.2, message=f"the exporter to serve (log: {self.log})")
 
+    def service_pid(self) -> int | None:
+        """The exporter's own pid (the supervisor's child), from its ready file."""
+        ready = read_ready_file(self.ready_file)
+        return ready["pid"] if ready else None
+
     def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(30)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        with contextlib.suppress(ProcessLookupError):  # nothing of the group outlives the test
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+async def servable_version(store, storage_root: Path, model_id: str) -> str:
+    """A READY version validated for Paddle Inference, with a real (tiny MLP) artifact on disk
+    that Serve's replicas load; returns its name."""
+    from paddleray.services.exporter.export.exports import artifact_dir
+    from support.serving import export_model
+
+    _, record = await store.create_version(new_model(model_id), new_version(), "owner", "")
+    version = model_pb2.ModelVersion()
+    version.CopyFrom(record.version)
+    version.state = model_pb2.MODEL_VERSION_STATE_READY
+    version.validation.backends.add(backend=model_pb2.BACKEND_PADDLE_INFERENCE, passed=True)
+    await store.update_version(record, version)
+    export_model(artifact_dir(storage_root, model_id, record.number), "mlp")
+    return record.version.name

@@ -14,6 +14,9 @@ Each run follows the script in its spec's config:
   lose_at_step              the trainer forgets the run at that step (as if it restarted)
 It counts StartRun calls and runs created per request_id, which is what the tests assert on.
 Cluster resources: `total` as configured; `available` is total minus what live runs hold.
+With node_cpus, the cluster is those nodes: each worker of a run goes to the node with the most
+CPUs free (as Ray spreads single bundles), and a run placed where it does not fit is recorded
+in `overcommitted` (must stay empty).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import grpc
 from google.protobuf import json_format, timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import states
+from paddleray.services.common import states, training_spec
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2_grpc
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 
@@ -62,8 +65,15 @@ class FakeRun:
 
 
 class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
-    def __init__(self, cpus: float = 4, gpus: float = 0, memory: int = 64 << 30) -> None:
+    def __init__(self, cpus: float = 4, gpus: float = 0, memory: int = 64 << 30,
+                 node_cpus: list[float] | None = None) -> None:
+        self.node_cpus = list(node_cpus or [])
+        cpus = sum(self.node_cpus) if node_cpus else cpus
         self.total = run_pb2.ResourceAmounts(num_cpus=cpus, num_gpus=gpus, memory_bytes=memory)
+        self.placement: dict[str, list[int]] = {}  # run name -> node index per worker
+        # StartRun takes this long before the run holds anything (as Ray takes to place a group).
+        self.start_delay_s = 0.0
+        self.overcommitted: set[str] = set()
         self.runs: dict[str, FakeRun] = {}
         self.by_request: dict[str, str] = {}
         self.start_calls: collections.Counter[str] = collections.Counter()
@@ -92,6 +102,8 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         script = json_format.MessageToDict(request.spec.config)
         if "start_error" in script and self.job_start_calls[request.job] <= int(script.get("start_error_times", 1e9)):
             await context.abort(grpc.StatusCode[script["start_error"]], f"scripted {script['start_error']}")
+        if self.start_delay_s:
+            await asyncio.sleep(self.start_delay_s)
         if request.request_id in self.by_request:
             name = self.by_request[request.request_id]
             if name in self.runs:
@@ -105,6 +117,8 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         if any(r.run.job == request.job for r in self.live()):
             self.overlapping_jobs.add(request.job)
         fake = FakeRun(run)
+        if self.node_cpus:
+            self._place(run)
         self.runs[run.name] = fake
         self.by_request[request.request_id] = run.name
         self.runs_created[request.request_id] += 1
@@ -113,6 +127,23 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         self.max_concurrent_gpu = max(self.max_concurrent_gpu, gpus)
         fake.task = asyncio.create_task(self._play(fake, self.job_attempts[request.job]))
         return ts.StartRunResponse(run=run)
+
+    def _node_free(self) -> list[float]:
+        free = list(self.node_cpus)
+        for fake in self.live():
+            for node in self.placement.get(fake.run.name, []):
+                free[node] -= training_spec.cpus(fake.run.spec.resources_per_worker)
+        return free
+
+    def _place(self, run: run_pb2.Run) -> None:
+        free, nodes = self._node_free(), []
+        for _ in range(run.spec.num_workers or 1):
+            node = max(range(len(free)), key=lambda i: free[i])
+            free[node] -= training_spec.cpus(run.spec.resources_per_worker)
+            if free[node] < -1e-9:
+                self.overcommitted.add(run.job)
+            nodes.append(node)
+        self.placement[run.name] = nodes
 
     async def _play(self, fake: FakeRun, attempt: int) -> None:
         script = json_format.MessageToDict(fake.run.spec.config)
@@ -208,14 +239,19 @@ class FakeTrainer(trainer_service_pb2_grpc.TrainerServiceServicer):
         for fake in self.live():
             spec = fake.run.spec
             n = spec.num_workers or 1
-            held.num_cpus += spec.resources_per_worker.num_cpus * n
+            held.num_cpus += training_spec.cpus(spec.resources_per_worker) * n  # unset is 1, as the trainer holds
             held.num_gpus += spec.resources_per_worker.num_gpus * n
             held.memory_bytes += spec.resources_per_worker.memory_bytes * n
         available = run_pb2.ResourceAmounts(
             num_cpus=self.total.num_cpus - held.num_cpus, num_gpus=self.total.num_gpus - held.num_gpus,
             memory_bytes=self.total.memory_bytes - held.memory_bytes,
         )
-        return ts.GetClusterResourcesResponse(total=self.total, available=available)
+        nodes = [
+            run_pb2.NodeResources(node_id=f"node-{i}", total=run_pb2.ResourceAmounts(num_cpus=cpus),
+                                  available=run_pb2.ResourceAmounts(num_cpus=free))
+            for i, (cpus, free) in enumerate(zip(self.node_cpus, self._node_free(), strict=True))
+        ]
+        return ts.GetClusterResourcesResponse(total=self.total, available=available, nodes=nodes)
 
 
 async def start_fake_trainer(fake: FakeTrainer, port: int = 0) -> tuple[grpc.aio.Server, str]:

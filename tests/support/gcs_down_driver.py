@@ -23,7 +23,7 @@ import time
 import ray
 
 from paddleray.services.common.ray_connection import forbid_addressless_init
-from paddleray.services.exporter.ray_exports import RayExportRunner
+from paddleray.services.exporter.export.ray_exports import RayExportRunner
 from paddleray.services.trainer.backend import PaddleBackendConfig
 from paddleray.services.trainer.spec import GroupSpec, WorkerResources
 from paddleray.services.trainer.worker_group import WorkerGroup

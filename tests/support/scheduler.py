@@ -103,14 +103,25 @@ class SchedulerProcess:
                     except aio.AioRpcError:
                         await asyncio.sleep(0.1)
 
-    def start_until_serving(self, timeout: float = 60) -> None:
-        """Starts it and waits for gRPC health SERVING only: for a scheduler whose RPCs refuse
-        an anonymous caller (the auth tests), where `start`'s ListJobs probe would never pass."""
+    async def start_until_bound(self, timeout: float = 120) -> None:
+        """Starts it on port 0 and waits for its ready file only (the server listens; health says
+        whether it serves): for a scheduler that is never to answer a call (a wrong Redis
+        password), whose start-up under load can take longer than any fixed "it did not answer"."""
+        import asyncio
+
+        from paddleray.services.localstack.ports import read_ready_file
+
+        ready_file = self._launch()
+        async with asyncio.timeout(timeout):
+            while (ready := read_ready_file(ready_file)) is None:
+                assert self.proc.poll() is None, self.log_path().read_text()
+                await asyncio.sleep(0.05)
+        self.port = ready["port"]
+
+    def _launch(self):
+        """Starts the scheduler process on a free port; returns the ready file it will write."""
         import subprocess
         import sys
-
-        from paddleray.services.localstack.health import serving
-        from paddleray.services.localstack.ports import read_ready_file, wait_until
 
         self.starts += 1
         ready_file = self.log_dir / f"scheduler-{id(self)}-{self.starts}.ready.json"
@@ -118,6 +129,16 @@ class SchedulerProcess:
         with open(self.log_path(), "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "paddleray.services.scheduler"], env=env,
                                          stdout=log, stderr=log)
+        return ready_file
+
+    def start_until_serving(self, timeout: float = 60) -> None:
+        """Starts it and waits for gRPC health SERVING only: for a scheduler whose RPCs refuse
+        an anonymous caller (the auth tests), where `start`'s ListJobs probe would never pass."""
+
+        from paddleray.services.localstack.health import serving
+        from paddleray.services.localstack.ports import read_ready_file, wait_until
+
+        ready_file = self._launch()
 
         def ready():
             assert self.proc.poll() is None, self.log_path().read_text()

@@ -1,43 +1,25 @@
-"""The exported artifact the serving layer reads: a version directory with manifest.json.
+"""Runs in: a Serve replica, the export Ray task and the exporter process (the controller checks an artifact before it applies it).
 
-Layout (written by the exporter, manifest last: its presence means the directory is complete):
+The exported artifact the serving layer reads: a version directory and its manifest.
 
-    <dir>/manifest.json
-    <dir>/paddle/inference.json + inference.pdiparams   (Paddle 3, PIR; inference.pdmodel from Paddle 2)
-    <dir>/onnx/model.onnx                               (optional)
-
-The manifest carries the signature (v2 names, datatypes, shapes with -1 for any size), since
-the Paddle predictor has no shape API and names its outputs differently (fetch_name_0) from
-paddle.jit.load (output_0): the serving layer trusts the manifest, not the predictor.
+The directory's layout and manifest.json are common.model_manifest's (`Manifest`, the one
+type that writes and reads it); here the manifest is checked against the files it names, and
+the signature kept in the form the codec and the predictors use. A version on an object store
+is read from this node's copy of it (common.model_cache: downloaded once, checked against the
+manifest's digests; a version without its manifest is refused).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paddleray.services.common import model_cache
 from paddleray.services.common.errors import FailedPrecondition
+from paddleray.services.common.model_manifest import MANIFEST, PADDLE_DIR, Manifest, TensorSpec
 
-MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
-# v2 datatype names the manifest may use.
-DATATYPES = ("BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "FP16", "BF16", "FP32", "FP64")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TensorSpec:
-        return cls(str(d["name"]), str(d["datatype"]), tuple(int(x) for x in d["shape"]))
+__all__ = ["MANIFEST", "Artifact", "Signature", "TensorSpec", "load_artifact"]
 
 
 @dataclass(frozen=True)
@@ -72,40 +54,11 @@ class Artifact:
 
 
 def load_artifact(directory: str | Path) -> Artifact:
-    """Reads and checks a version directory; FailedPrecondition names what is wrong."""
-    root = Path(directory)
-    path = root / MANIFEST
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FailedPrecondition(f"artifact {root}: no {MANIFEST} (the export is missing or incomplete)") from None
-    except (OSError, ValueError) as exc:
-        raise FailedPrecondition(f"artifact {root}: {MANIFEST} is unreadable: {exc}") from None
-    if not isinstance(doc, dict):
-        raise FailedPrecondition(f"artifact {root}: {MANIFEST} is not an object")
-    try:
-        return _parse(root, doc)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FailedPrecondition(f"artifact {root}: {MANIFEST} is malformed: {exc!r}") from None
-
-
-def _parse(root: Path, doc: dict[str, Any]) -> Artifact:
-    where = f"artifact {root}: {MANIFEST}"
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise FailedPrecondition(f"{where}: format_version {doc.get('format_version')!r}, expected {FORMAT_VERSION}")
-    inputs = tuple(_tensor(where, "inputs", t) for t in doc["inputs"])
-    outputs = tuple(_tensor(where, "outputs", t) for t in doc["outputs"])
-    for field, tensors in (("inputs", inputs), ("outputs", outputs)):
-        if not tensors:
-            raise FailedPrecondition(f"{where}: {field} is empty")
-        names = [t.name for t in tensors]
-        if len(set(names)) != len(names):
-            raise FailedPrecondition(f"{where}: {field} has duplicate names {names}")
-    fetch = tuple(str(n) for n in doc.get("predictor_outputs") or [t.name for t in outputs])
-    if len(fetch) != len(outputs):
-        raise FailedPrecondition(f"{where}: predictor_outputs has {len(fetch)} names for {len(outputs)} outputs")
-    artifacts = doc.get("artifacts") or {}
-    paddle_dir = root / str(artifacts.get("paddle", "paddle"))
+    """Reads and checks a version directory (a path or an object-store URI); FailedPrecondition
+    names what is wrong."""
+    root = model_cache.local_version(directory)
+    manifest = Manifest.load(root)
+    paddle_dir = root / manifest.artifacts.get("paddle", PADDLE_DIR)
     program = next((p for p in (paddle_dir / "inference.json", paddle_dir / "inference.pdmodel") if p.is_file()), None)
     params = paddle_dir / "inference.pdiparams"
     if program is None or not params.is_file():
@@ -113,37 +66,17 @@ def _parse(root: Path, doc: dict[str, Any]) -> Artifact:
             f"artifact {root}: {paddle_dir} needs inference.json (or inference.pdmodel) and inference.pdiparams"
         )
     onnx = None
-    if artifacts.get("onnx"):
-        onnx = root / str(artifacts["onnx"])
+    if manifest.artifacts.get("onnx"):
+        onnx = root / manifest.artifacts["onnx"]
         if not onnx.is_file():
             raise FailedPrecondition(f"artifact {root}: the manifest lists {onnx}, which does not exist")
     return Artifact(
         root=root,
-        model=str(doc["model"]),
-        version=str(doc["version"]),
-        signature=Signature(inputs, outputs),
-        predictor_outputs=fetch,
+        model=manifest.model,
+        version=manifest.version,
+        signature=Signature(manifest.inputs, manifest.outputs),
+        predictor_outputs=manifest.fetch_names,
         paddle_program=program,
         paddle_params=params,
         onnx_model=onnx,
     )
-
-
-def _tensor(where: str, field: str, d: dict[str, Any]) -> TensorSpec:
-    spec = TensorSpec.from_dict(d)
-    if not spec.name:
-        raise FailedPrecondition(f"{where}: a tensor of {field} has no name")
-    if spec.datatype not in DATATYPES:
-        raise FailedPrecondition(f"{where}: {field} '{spec.name}' has datatype {spec.datatype}, not one of {DATATYPES}")
-    if not spec.shape or any(dim < -1 for dim in spec.shape):
-        raise FailedPrecondition(f"{where}: {field} '{spec.name}' has shape {list(spec.shape)} (dims >= -1, at least one)")
-    return spec
-
-
-def write_manifest(root: Path, manifest: dict[str, Any]) -> Path:
-    """Writes manifest.json last and atomically (temp file + rename), as the exporter must."""
-    path = root / MANIFEST
-    tmp = root / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path

@@ -1,4 +1,6 @@
-"""The desired state of served models: plain dataclasses the exporter builds from its protos.
+"""Runs in: the exporter process (it builds these), a Serve replica (its user_config) and the export Ray task (predictor options).
+
+The desired state of served models: plain dataclasses the exporter builds from its protos.
 
 `ServingController.apply(models)` takes the whole list (every served model, every version);
 nothing here knows about protobuf, Ray or Redis, so the exporter translates its Deployment
@@ -15,6 +17,9 @@ from paddleray.services.common import names
 from paddleray.services.common.errors import InvalidArgument
 
 BACKENDS = ("paddle", "onnx")
+# The one deployment of each served model's application (its ingress): the replica builds it
+# under this name and the controller reads its status by it.
+MODEL_DEPLOYMENT = "Model"
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,20 @@ class ServedVersion:
     artifact_dir: str
     weight: float = 1.0
     backend: str = "paddle"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A serving name (v2 `model_name`), its versions with traffic weights, and its replicas.
+
+    A v2 request naming `model_version` goes to that version (weight 0 included); one without
+    goes to a version drawn at random in proportion to the weights. Every replica holds a
+    predictor of each listed version and answers all of them itself (no hop between replicas):
+    the replica settings below are the model's, shared by its versions.
+    """
+
+    serving_name: str
+    versions: Sequence[ServedVersion]
     predictor: PredictorOptions = field(default_factory=PredictorOptions)
     batching: Batching = field(default_factory=Batching)
     num_replicas: int = 1
@@ -64,30 +83,14 @@ class ServedVersion:
     num_gpus: float = 0.0
     # Bytes of memory Ray reserves per replica; 0 reserves none.
     memory: int = 0
-    # Requests one replica holds at once; Serve's default (5) throttles 32 concurrent clients
-    # to a third of the throughput, so it must be at least the expected concurrency.
-    max_ongoing_requests: int = 64
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    """A serving name (v2 `model_name`) and its versions with traffic weights.
-
-    A v2 request naming `model_version` goes to that version (weight 0 included); one without
-    goes to a version drawn at random in proportion to the weights.
-    """
-
-    serving_name: str
-    versions: Sequence[ServedVersion]
-    # When set, the model's replicas also serve the v2 API themselves on this port
-    # (replica_endpoint.py): no Serve proxy or ingress hop. 0: only through Serve's proxy.
-    direct_port: int = 0
+    # Requests one replica holds at once; above it Serve answers RESOURCE_EXHAUSTED, so it
+    # must be at least the expected concurrency.
+    max_ongoing_requests: int = 256
 
 
 def validate_models(models: Sequence[ServedModel]) -> None:
     """Raises InvalidArgument naming the first field that breaks a rule."""
     served: set[str] = set()
-    ports: set[int] = set()
     for i, model in enumerate(models):
         where = f"models[{i}]"
         if not names.is_serving_name(model.serving_name or ""):
@@ -97,11 +100,7 @@ def validate_models(models: Sequence[ServedModel]) -> None:
         if model.serving_name in served:
             raise InvalidArgument(f"{where}.serving_name", f"'{model.serving_name}' is served twice")
         served.add(model.serving_name)
-        if not 0 <= model.direct_port <= 65535:
-            raise InvalidArgument(f"{where}.direct_port", "0 (none) or a TCP port, 1-65535")
-        if model.direct_port and model.direct_port in ports:
-            raise InvalidArgument(f"{where}.direct_port", f"port {model.direct_port} is another model's")
-        ports.add(model.direct_port)
+        _validate_replicas(where, model)
         if not model.versions:
             raise InvalidArgument(f"{where}.versions", "at least one version")
         seen: set[str] = set()
@@ -123,6 +122,9 @@ def _validate_version(where: str, v: ServedVersion) -> None:
         raise InvalidArgument(f"{where}.weight", "a finite number >= 0")
     if v.backend not in BACKENDS:
         raise InvalidArgument(f"{where}.backend", f"one of {', '.join(BACKENDS)}")
+
+
+def _validate_replicas(where: str, v: ServedModel) -> None:
     if v.predictor.cpu_math_threads < 1:
         raise InvalidArgument(f"{where}.predictor.cpu_math_threads", ">= 1")
     if v.predictor.enable_tensorrt and not v.predictor.use_gpu:

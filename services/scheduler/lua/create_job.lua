@@ -8,18 +8,20 @@
 -- ARGV: 1 job id, 2 Job proto, 3 index member, 4 queue score, 5 tenant, 6 experiment,
 --       7 cpu_m, 8 gpu_m, 9 memory bytes (whole job), 10 first JobEvent, 11 events cap,
 --       12 request ttl seconds, 13 "1" when a request_id was given, 14 job key prefix,
---       15 QUEUED state number
--- Returns {"created"} | {"duplicate", proto of the job first created with the request_id}
---       | {"exists"} when the job id is taken.
+--       15 QUEUED state number, 16 fingerprint of the request (common/idempotency.py)
+-- Returns {"created"} | {"duplicate", proto of the job first created with the request_id,
+--       that request's fingerprint ("" for a job stored before fingerprints)}
+--       | {"exists"} when the job id is taken. Whether a duplicate repeats the request is the
+--       caller's to judge (one rule for every create, in Python).
 -- A duplicate's job key (ARGV[14] .. id) is built from the id read from the request key, which
 -- the caller cannot know beforehand: so it runs on single-node Redis only (a cluster needs
 -- every key in KEYS).
 if ARGV[13] == "1" then
   local existing = redis.call("GET", KEYS[1])
   if existing then
-    local proto = redis.call("HGET", ARGV[14] .. existing, "proto")
-    if proto then
-      return {"duplicate", proto}
+    local first = redis.call("HMGET", ARGV[14] .. existing, "proto", "request_fp")
+    if first[1] then
+      return {"duplicate", first[1], first[2] or ""}
     end
   end
 end
@@ -38,6 +40,7 @@ end
 redis.call("SADD", KEYS[7], ARGV[1])
 redis.call("ZADD", KEYS[8], ARGV[4], ARGV[1])
 if ARGV[13] == "1" then
+  redis.call("HSET", KEYS[2], "request_fp", ARGV[16])
   redis.call("SET", KEYS[1], ARGV[1], "EX", ARGV[12])
 end
 return {"created"}

@@ -2,11 +2,12 @@
 -- (its version), so a state transition checked in Python against the state it read is atomic.
 -- KEYS[1] job hash   KEYS[2] events stream   KEYS[3] old state set   KEYS[4] new state set
 -- KEYS[5] queue   KEYS[6] delayed   KEYS[7] leases   KEYS[8] reserved   KEYS[9] tenant usage
+-- KEYS[10] parked
 -- ARGV: 1 expected version, 2 required owner ("" = any), 3 Job proto, 4 new state number,
 --       5 events cap, 6 n = number of events, 7..6+n JobEvent protos,
 --       then (op, value) pairs:
 --         "set", "field=value"   HSET one more hash field (split at the first "=")
---         "dequeue", ""          leave the queue and the delayed set
+--         "dequeue", ""          leave the queue, the parked set and the delayed set
 --         "delay", due_ms        wait in the delayed set until due_ms (RETRYING)
 --         "release", ""          give back the job's reserved resources and its lease
 -- Returns {"ok", new version, last sequence} | {"conflict"} | {"lost"} (owner differs)
@@ -52,8 +53,10 @@ while i < #ARGV do
   elseif op == "dequeue" then
     redis.call("ZREM", KEYS[5], id)
     redis.call("ZREM", KEYS[6], id)
+    redis.call("ZREM", KEYS[10], id)
   elseif op == "delay" then
     redis.call("ZREM", KEYS[5], id)
+    redis.call("ZREM", KEYS[10], id)
     redis.call("ZADD", KEYS[6], value, id)
   elseif op == "release" then
     redis.call("HINCRBY", KEYS[8], "cpu_m", 0 - tonumber(fields[5]))

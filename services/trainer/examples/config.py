@@ -52,6 +52,9 @@ class TrainConfig:
     eval_batch_size: int = 512
     # With several ranks, how often (in steps) they agree on whether a stop was asked.
     stop_check_steps: int = 10
+    # A fault a user can inject to try retries: the attempt that starts from no checkpoint of
+    # its own raises right after it reported (and checkpointed) this epoch; 0: never.
+    fail_once_after_epoch: int = 0
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> TrainConfig:
@@ -72,6 +75,7 @@ class TrainConfig:
             validation_fraction=validation_fraction,
             eval_batch_size=as_int(config, "eval_batch_size", cls.eval_batch_size, minimum=1),
             stop_check_steps=as_int(config, "stop_check_steps", cls.stop_check_steps, minimum=1),
+            fail_once_after_epoch=as_int(config, "fail_once_after_epoch", cls.fail_once_after_epoch),
         )
 
     def per_rank_batch(self, world_size: int) -> int:

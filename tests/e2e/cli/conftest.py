@@ -74,6 +74,13 @@ def cli(address) -> Cli:
     return Cli(address)
 
 
+@pytest.fixture
+def serving_cli(cli_stack) -> Cli:
+    """The CLI for serving commands too: the scheduler from --address, the exporter from the
+    stack's state file."""
+    return Cli(cli_stack.address("scheduler"), "--stack-dir", cli_stack.state_dir)
+
+
 @pytest.fixture(scope="session")
 def node_client() -> Path:
     """clients/node with its npm packages installed from the lock file (`npm ci`, only when the

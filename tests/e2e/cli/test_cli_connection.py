@@ -90,3 +90,19 @@ def test_demo_uses_a_running_stack_and_leaves_it_running(cli_stack):
     with demo_stack(Path(cli_stack.state_dir), keep=False) as state:
         assert state.address("scheduler") == cli_stack.address("scheduler")
     assert all(cli_stack.serving(name) for name in cli_stack.services)
+
+
+def test_status_honours_stack_dir_and_a_contexts_state_dir(cli_stack, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no .paddleray/stack here or above
+    monkeypatch.delenv("PADDLERAY_ADDRESS", raising=False)
+    (tmp_path / "empty.yaml").write_text("contexts: {}\n")
+    monkeypatch.setenv("PADDLERAY_CONFIG", str(tmp_path / "empty.yaml"))
+    assert Cli(None)("status").exit_code == ExitCode.UNREACHABLE
+    given = Cli(None, "--stack-dir", str(cli_stack.state_dir))("status")
+    assert given.exit_code == 0, given.stdout + given.stderr
+    assert cli_stack.address("scheduler") in given.stdout
+    config = tmp_path / "config.yaml"
+    config.write_text(f"current-context: local\ncontexts:\n  local: {{state_dir: '{cli_stack.state_dir}'}}\n")
+    monkeypatch.setenv("PADDLERAY_CONFIG", str(config))
+    from_context = Cli(None)("status")
+    assert from_context.exit_code == 0 and cli_stack.address("scheduler") in from_context.stdout

@@ -144,6 +144,8 @@ def test_logs_tail_rank_and_follow(cli, tmp_path):
     assert tail.stdout.strip().splitlines()[-1] == "[rank 0] slow epoch 4"
     as_lines = [json.loads(line) for line in cli("logs", name, "-o", "json").stdout.splitlines()]
     assert [r["text"] for r in as_lines if r["text"].startswith("slow epoch")] == [f"slow epoch {n}" for n in range(1, 5)]
+    # rank 0 is there too (proto JSON would drop it), and each line has its number, as a number.
+    assert all(r["rank"] == 0 for r in as_lines) and [r["sequence"] for r in as_lines] == list(range(1, len(as_lines) + 1))
     watched = cli("jobs", "watch", name, "-o", "json")
     assert watched.exit_code == 0
     records = [json.loads(line) for line in watched.stdout.splitlines()]
@@ -155,3 +157,19 @@ def test_unknown_job_is_rejected_with_its_own_exit_code(cli):
     result = cli("jobs", "get", "jobs/no-such-job")
     assert result.exit_code == ExitCode.REJECTED
     assert result.stderr.startswith("error: NOT_FOUND")
+
+
+def test_logs_of_a_job_that_never_started_and_a_list_cut_by_its_limit_say_so(cli, tmp_path):
+    queued = cli("submit", str(job_spec(tmp_path, "typed", {"epochs": 1}, resources={"cpus": 1, "custom": {"nowhere": 1}})))
+    name = _created(queued)
+    try:
+        logs = cli("logs", name)
+        assert logs.exit_code == 0 and logs.stdout == ""
+        assert f"{name} has not started yet (" in logs.stderr and "): it has no logs" in logs.stderr, \
+            cli("jobs", "get", name, "-o", "json").stdout
+        listed = cli("jobs", "list", "--limit", "1")
+        assert listed.exit_code == 0 and len(listed.stdout.strip().splitlines()) == 2  # header + 1 row
+        assert "showing the newest 1 jobs; there are more (raise --limit)" in listed.stderr
+        assert "there are more" not in cli("jobs", "list", "--limit", "100000").stderr
+    finally:
+        cli("jobs", "cancel", name)

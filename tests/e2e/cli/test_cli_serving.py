@@ -15,18 +15,12 @@ import yaml
 from paddleray.services.cli.output import ExitCode
 from paddleray.services.client import Client, ServiceError
 from paddleray.services.trainer.examples import digits_data
-from support.cli import Cli
+from support.cli import ok, ok_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 MLP = "paddleray.services.trainer.examples.digits_mlp"
 CONFIG = {"epochs": 1, "hidden_sizes": [8]}
 MODEL = "cli-digits"
-
-
-@pytest.fixture
-def serving_cli(cli_stack) -> Cli:
-    # The scheduler from --address, the exporter from the stack's state file.
-    return Cli(cli_stack.address("scheduler"), "--stack-dir", cli_stack.state_dir)
 
 
 @pytest.fixture
@@ -41,94 +35,84 @@ def cleanup(cli_stack):
             pass
 
 
-def _ok(result):
-    assert result.exit_code == 0, result.stdout + result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    return result
-
-
-def _json(result):
-    return json.loads(_ok(result).stdout)
-
-
 def test_export_deploy_predict_split_and_delete(serving_cli, cleanup, node_client, tmp_path):
     cli = serving_cli
-    trained = _ok(cli("jobs", "submit", f"{MLP}:train", "--config", json.dumps(CONFIG), "--watch"))
+    trained = ok(cli("jobs", "submit", f"{MLP}:train", "--config", json.dumps(CONFIG), "--watch"))
     job = next(line.split()[1] for line in trained.stdout.splitlines() if line.startswith("created "))
 
-    exported = _ok(cli("models", "export", "--job", job, "--model", MODEL, "--wait"))
+    exported = ok(cli("models", "export", "--job", job, "--model", MODEL, "--wait"))
     assert f"models/{MODEL}/versions/1 READY" in exported.stdout
     assert "validation: static vs dynamic model" in exported.stdout and "PADDLE_INFERENCE" in exported.stdout, exported.stdout
     assert job in exported.stdout
-    checkpoint = _json(cli("jobs", "get", job, "-o", "json"))["latest_checkpoint"]["uri"]
-    second = _json(cli("models", "export", "--checkpoint", checkpoint, "--builder", f"{MLP}:build_model",
+    checkpoint = ok_json(cli("jobs", "get", job, "-o", "json"))["latest_checkpoint"]["uri"]
+    second = ok_json(cli("models", "export", "--checkpoint", checkpoint, "--builder", f"{MLP}:build_model",
                        "--config", json.dumps(CONFIG), "--model", MODEL, "--wait", "-o", "json"))
     assert second["name"] == f"models/{MODEL}/versions/2" and second["state"] == "MODEL_VERSION_STATE_READY"
     assert second["validation"]["passed"] is True
 
-    assert f"models/{MODEL}" in _ok(cli("models", "list")).stdout
-    versions = _json(cli("models", "versions", MODEL, "-o", "json"))
+    assert f"models/{MODEL}" in ok(cli("models", "list")).stdout
+    versions = ok_json(cli("models", "versions", MODEL, "-o", "json"))
     assert [v["name"] for v in versions] == [f"models/{MODEL}/versions/2", f"models/{MODEL}/versions/1"]
-    one = yaml.safe_load(_ok(cli("models", "get", f"models/{MODEL}/versions/1", "-o", "yaml")).stdout)
+    one = yaml.safe_load(ok(cli("models", "get", f"models/{MODEL}/versions/1", "-o", "yaml")).stdout)
     assert one["source_job"] == job and one["inputs"][0]["name"] == "x"
-    shown = _ok(cli("models", "get", MODEL))
+    shown = ok(cli("models", "get", MODEL))
     assert "latest version  2" in shown.stdout and "versions/1" in shown.stdout
 
     missing = cli("deployments", "create", MODEL, "--model", MODEL, "--version", "9")
     assert missing.exit_code == ExitCode.REJECTED and "NOT_FOUND" in missing.stderr, missing.stderr
 
-    deployed = _ok(cli("deployments", "create", MODEL, "--model", MODEL, "--version", "1", "--cpus", "0.1", "--wait"))
+    deployed = ok(cli("deployments", "create", MODEL, "--model", MODEL, "--version", "1", "--cpus", "0.1", "--wait"))
     assert "HEALTHY" in deployed.stdout and f"serving model_name '{MODEL}'" in deployed.stdout
-    listed = _json(cli("deployments", "list", "-o", "json"))
+    listed = ok_json(cli("deployments", "list", "-o", "json"))
     assert [d["serving_name"] for d in listed if d["name"] == f"deployments/{MODEL}"] == [MODEL]
 
     features, labels = digits_data.load_split(0.2, 0)["validation"]
     rows = tmp_path / "rows.npy"
     np.save(rows, features[:16].astype(np.float64))  # float64: the CLI converts to the model's FP32
-    first = _json(cli("predict", MODEL, "--input", f"x=@{rows}", "-o", "json"))
+    first = ok_json(cli("predict", MODEL, "--input", f"x=@{rows}", "-o", "json"))
     assert first["model_version"] == "1"
     [logits] = first["outputs"]
     assert logits["shape"] == [16, 10] and logits["datatype"] == "FP32"
     as_json = tmp_path / "rows.json"
     as_json.write_text(json.dumps(features[:16].tolist()))
-    unnamed = _json(cli("predict", MODEL, "--input", f"@{as_json}", "-o", "json"))
+    unnamed = ok_json(cli("predict", MODEL, "--input", f"@{as_json}", "-o", "json"))
     np.testing.assert_allclose(unnamed["outputs"][0]["data"], logits["data"], rtol=1e-5)
     accuracy = np.mean(np.argmax(np.asarray(logits["data"]), axis=1) == labels[:16])
     assert accuracy > 0.2, accuracy  # 1 epoch of an 8-wide MLP: well above chance (0.1), not perfect
-    table = _ok(cli("predict", MODEL, "-i", f"x=@{rows}"))
+    table = ok(cli("predict", MODEL, "-i", f"x=@{rows}"))
     assert "model_name 'cli-digits' version 1" in table.stdout and "argmax per row" in table.stdout
     wrong = cli("predict", MODEL, "--input", f"y=@{rows}")
     assert wrong.exit_code == ExitCode.USAGE and "unknown input 'y'" in wrong.stderr, wrong.stderr
     _node_infers_what_the_cli_does(cli, node_client, tmp_path)
 
-    _ok(cli("deployments", "update", MODEL, "--traffic", "1=50,2=50", "--wait"))
-    got = _json(cli("deployments", "get", MODEL, "-o", "json"))
+    ok(cli("deployments", "update", MODEL, "--traffic", "1=50,2=50", "--wait"))
+    got = ok_json(cli("deployments", "get", MODEL, "-o", "json"))
     assert {t["model_version"]: t["percent"] for t in got["traffic"]} == {
         f"models/{MODEL}/versions/1": 50, f"models/{MODEL}/versions/2": 50}
     assert got["state"] == "DEPLOYMENT_STATE_HEALTHY"
-    two = _json(cli("predict", MODEL, "--version", "2", "--input", f"x=@{rows}", "-o", "json"))
+    two = ok_json(cli("predict", MODEL, "--version", "2", "--input", f"x=@{rows}", "-o", "json"))
     assert two["model_version"] == "2"
     # The same weights (the job's only checkpoint), exported the two ways: the same logits.
     np.testing.assert_allclose(two["outputs"][0]["data"], logits["data"], rtol=1e-4, atol=1e-5)
-    assert "1=50,2=50" in _ok(cli("deployments", "get", MODEL)).stdout
+    assert "1=50,2=50" in ok(cli("deployments", "get", MODEL)).stdout
 
     served = cli("models", "delete", MODEL)
     assert served.exit_code == ExitCode.REJECTED and "FAILED_PRECONDITION" in served.stderr, served.stderr
-    gone = _ok(cli("deployments", "delete", MODEL, "--wait"))
+    gone = ok(cli("deployments", "delete", MODEL, "--wait"))
     assert f"deployments/{MODEL} deleted" in gone.stdout
-    assert all(d["name"] != f"deployments/{MODEL}" for d in _json(cli("deployments", "list", "-o", "json")))
+    assert all(d["name"] != f"deployments/{MODEL}" for d in ok_json(cli("deployments", "list", "-o", "json")))
     nowhere = cli("predict", MODEL, "--input", f"x=@{rows}")
     assert nowhere.exit_code == ExitCode.REJECTED and "no deployment serves model_name" in nowhere.stderr
-    assert f"deleted models/{MODEL}/versions/2" in _ok(cli("models", "delete", f"{MODEL}/versions/2")).stdout
-    assert [v["name"] for v in _json(cli("models", "versions", MODEL, "-o", "json"))] == [f"models/{MODEL}/versions/1"]
-    assert f"deleted models/{MODEL}" in _ok(cli("models", "delete", MODEL)).stdout
+    assert f"deleted models/{MODEL}/versions/2" in ok(cli("models", "delete", f"{MODEL}/versions/2")).stdout
+    assert [v["name"] for v in ok_json(cli("models", "versions", MODEL, "-o", "json"))] == [f"models/{MODEL}/versions/1"]
+    assert f"deleted models/{MODEL}" in ok(cli("models", "delete", MODEL)).stdout
     assert cli("models", "get", MODEL).exit_code == ExitCode.REJECTED
 
 
 def _node_infers_what_the_cli_does(cli, node_client, tmp_path) -> None:
     """The Node client's v2 calls (ServerLive, ServerReady, ModelInfer with typed FP32 contents)
     at the endpoint the deployment shows, against the CLI's answer for the same row (all 0.5)."""
-    endpoint = _json(cli("deployments", "get", MODEL, "-o", "json"))["endpoint"]
+    endpoint = ok_json(cli("deployments", "get", MODEL, "-o", "json"))["endpoint"]
     node = subprocess.run(["node", "client.mjs", "--inference", endpoint, "--model", MODEL, "--input-shape", "1,64"],
                           cwd=node_client, capture_output=True, text=True, timeout=120)
     assert node.returncode == 0, node.stdout + node.stderr
@@ -137,5 +121,5 @@ def _node_infers_what_the_cli_does(cli, node_client, tmp_path) -> None:
     assert steps["infer"]["model"] == MODEL and steps["infer"]["shape"] == [1, 10]
     row = tmp_path / "half.json"
     row.write_text(json.dumps([[0.5] * 64]))
-    expected = _json(cli("predict", MODEL, "--input", f"x=@{row}", "-o", "json"))["outputs"][0]["data"]
+    expected = ok_json(cli("predict", MODEL, "--input", f"x=@{row}", "-o", "json"))["outputs"][0]["data"]
     np.testing.assert_allclose(steps["infer"]["values"], np.ravel(expected), rtol=1e-5, atol=1e-6)

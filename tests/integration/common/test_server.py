@@ -8,8 +8,10 @@ import urllib.request
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from grpc_status import rpc_status
 
 from paddleray.services.common import errors
 from paddleray.services.common.metrics import serve_metrics
@@ -64,6 +66,26 @@ def test_domain_error_maps_to_its_status_with_the_field_named(scripted):
         stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/a"), metadata=metadata)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details() == "spec.num_workers: must be between 1 and 256"
+    # The machine-readable status (AIP-193): a google.rpc.BadRequest naming the field and the rule.
+    assert _field_violations(caught.value) == [("spec.num_workers", "must be between 1 and 256")]
+
+
+def _field_violations(error: grpc.RpcError) -> list[tuple[str, str]]:
+    status = rpc_status.from_call(error)
+    assert status is not None and status.code == error.code().value[0] and status.message == error.details()
+    [detail] = status.details
+    bad_request = error_details_pb2.BadRequest()
+    assert detail.Unpack(bad_request)
+    return [(v.field, v.description) for v in bad_request.field_violations]
+
+
+def test_other_domain_errors_carry_no_field_violations(scripted):
+    server, servicer = scripted
+    stub, metadata, _ = _stub(server.address)
+    servicer.raise_next = errors.NotFound("runs/a does not exist")
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetRun(trainer_service_pb2.GetRunRequest(name="runs/a"), metadata=metadata)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and rpc_status.from_call(caught.value) is None
 
 
 def test_unexpected_error_is_internal_without_leaking_the_traceback(scripted):
@@ -101,6 +123,8 @@ def test_undecodable_requests_are_invalid_argument(scripted, raw):
         unary(raw, metadata=metadata)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details().startswith("request: not a valid message")
+    [(field, _)] = _field_violations(caught.value)
+    assert field == "request"
     streaming = channel.unary_stream("/paddleray.trainer.v1.TrainerService/WatchRun")
     with pytest.raises(grpc.RpcError) as caught:
         list(streaming(raw, metadata=metadata))
@@ -192,3 +216,23 @@ def test_metrics_endpoint_counts_calls_by_method_and_code(scripted):
     port = serve_metrics(0)
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'paddleray_grpc_requests_total{code="NOT_FOUND",method="/paddleray.trainer.v1.TrainerService/GetRun"}' in text
+
+
+def test_reflection_v1_is_served_beside_v1alpha(scripted):
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    server, _ = scripted
+    channel = grpc.insecure_channel(server.address)
+    names = {}
+    for version in ("v1", "v1alpha"):
+        call = channel.stream_stream(f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                                     request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                     response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+        [answer] = list(call(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+        names[version] = {s.name for s in answer.list_services_response.service}
+        [described] = list(call(iter([reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="paddleray.trainer.v1.TrainerService")]), timeout=10))
+        assert described.file_descriptor_response.file_descriptor_proto
+    assert names["v1"] == names["v1alpha"]
+    assert {"paddleray.trainer.v1.TrainerService", "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection"} <= names["v1"]

@@ -22,7 +22,7 @@ from paddleray.services.common.settings import ServiceSettings
 from paddleray.services.localstack.health import serving
 from paddleray.services.scheduler.__main__ import registrations
 from paddleray.services.scheduler.app import SchedulerApp
-from paddleray.services.scheduler.settings import SchedulerSettings
+from paddleray.services.scheduler.settings import SchedulerSettings, TrainerPeer
 from paddleray.services.scheduler.trainer_client import TrainerClient
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
 from paddleray.trainer.v1 import trainer_service_pb2_grpc
@@ -85,7 +85,7 @@ async def test_tls_server_with_the_channel_factory_and_the_health_check(ca, othe
             stub = trainer_service_pb2_grpc.TrainerServiceStub(channel)
             resources = await stub.GetClusterResources(ts.GetClusterResourcesRequest(), timeout=5)
             assert resources.total.num_cpus == 4
-        client = TrainerClient(address, TOKEN, 5, tls_ca=ca.ca)
+        client = TrainerClient(TrainerPeer(address=address, auth_token=TOKEN, rpc_timeout_s=5, tls_ca_file=ca.ca))
         try:
             assert (await client.cluster_resources()).total.num_cpus == 4
         finally:
@@ -102,7 +102,8 @@ async def test_mtls_requires_a_client_certificate_the_ca_signed(ca, other_ca):
         assert not await asyncio.to_thread(
             serving, address, tls_ca=ca.ca, client_cert=(other_ca.client.cert, other_ca.client.key))
         assert await asyncio.to_thread(serving, address, tls_ca=ca.ca, client_cert=(ca.client.cert, ca.client.key))
-        client = TrainerClient(address, TOKEN, 5, tls_ca=ca.ca, client_cert=(ca.client.cert, ca.client.key))
+        client = TrainerClient(TrainerPeer(address=address, auth_token=TOKEN, rpc_timeout_s=5, tls_ca_file=ca.ca,
+                                           tls_cert_file=ca.client.cert, tls_key_file=ca.client.key))
         try:
             assert (await client.cluster_resources()).total.num_cpus == 4
         finally:

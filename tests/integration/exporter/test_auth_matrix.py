@@ -28,21 +28,22 @@ from paddleray.exporter.v1 import deployment_pb2, exporter_service_pb2, exporter
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.scheduler.v1 import job_service_pb2_grpc
+from paddleray.services.common.checkpoints import CheckpointStore
 from paddleray.services.common.server import ServiceRegistration, start_server, stop_server
-from paddleray.services.exporter import keys
-from paddleray.services.exporter.deployment_store import DeploymentStore
-from paddleray.services.exporter.deployments import DeploymentManager
-from paddleray.services.exporter.exports import ExportManager
-from paddleray.services.exporter.models import ModelRegistry
+from paddleray.services.exporter.deploy.deployments import DeploymentManager
+from paddleray.services.exporter.export.exports import ExportManager
+from paddleray.services.exporter.export.sources import SchedulerJobs
+from paddleray.services.exporter.export.task.export_records import Failed
+from paddleray.services.exporter.registry.models import ModelRegistry
 from paddleray.services.exporter.servicer import ExporterServicer
-from paddleray.services.exporter.settings import ExporterSettings
-from paddleray.services.exporter.sources import SchedulerJobs
-from paddleray.services.exporter.store import RegistryStore
+from paddleray.services.exporter.settings import ExporterSettings, SchedulerPeer
+from paddleray.services.exporter.store import keys
+from paddleray.services.exporter.store.deployment_store import DeploymentStore
+from paddleray.services.exporter.store.registry_store import RegistryStore
 from paddleray.services.localstack.ports import free_port
 from paddleray.services.scheduler.__main__ import registrations as scheduler_registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
-from paddleray.services.trainer.checkpoints import CheckpointStore
 from support.auth import (
     ADMIN,
     CALLERS,
@@ -67,7 +68,7 @@ class NoCluster:
     """Stands in for the export task on the cluster: ends every export at once."""
 
     async def run(self, request, runtime_env):
-        yield {"phase": "failed", "reason": "no cluster in this test"}
+        yield Failed("no cluster in this test")
 
 
 @contextlib.asynccontextmanager
@@ -85,7 +86,7 @@ async def services(redis_url: str, tmp_path: Path):
     client = aioredis.Redis.from_url(redis_url)
     store = RegistryStore(client)
     # The exporter reads jobs with its own admin credential and checks the job's tenant itself.
-    jobs = SchedulerJobs(f"127.0.0.1:{scheduler_server.port}", ADMIN)
+    jobs = SchedulerJobs(SchedulerPeer(address=f"127.0.0.1:{scheduler_server.port}", auth_token=ADMIN))
     exports = ExportManager(store, jobs, NoCluster(), storage_root, [EXAMPLES], owner="matrix")
     servicer = ExporterServicer(exports, ModelRegistry(store, storage_root),
                                 DeploymentManager(DeploymentStore(client), store, "127.0.0.1:9000"))
@@ -181,6 +182,11 @@ async def test_exporter_service_matrix(redis_url, tmp_path):
                 lambda md: export(md, parent=f"models/{next(fresh)}", checkpoint_uri=checkpoint,
                                   model_builder=f"{EXAMPLES}.digits_mlp:build_model"),
                 expect(read_only_a=denied, member_a=denied, member_b=denied, admin=C.OK)),
+            # Refused before the path is looked at: no file-system oracle (issue 21, point 2).
+            "ExportModel(checkpoint_uri that does not exist)": (
+                lambda md: export(md, parent=f"models/{next(fresh)}", checkpoint_uri=checkpoint + "-nothing-here",
+                                  model_builder=f"{EXAMPLES}.digits_mlp:build_model"),
+                expect(read_only_a=denied, member_a=denied, member_b=denied, admin=C.NOT_FOUND)),
             "ExportModel(job of team-a)": (
                 lambda md: export(md, parent=f"models/{next(fresh)}", job=a_job),
                 expect(read_only_a=denied, member_a=no_checkpoint, member_b=hidden, admin=no_checkpoint)),

@@ -1,8 +1,8 @@
 """Deployments end to end on the real ServingController (Ray Serve on the shared Ray head): an
 exported version deployed, HEALTHY with replica counts, answering v2 ModelInfer through the
-generated stubs with the dynamic model's outputs (through Serve's proxy and through the
-deployment's own endpoint, direct_endpoint), guarded against deletion while served, split 90/10
-by weight on both, then undeployed."""
+generated stubs with the dynamic model's outputs on the endpoints the deployment shows (gRPC with
+its `application` metadata, and REST), guarded against deletion while served, split 90/10 by
+weight on both, then undeployed."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import deployment_pb2, exporter_service_pb2_grpc, model_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.inference.v2 import grpc_service_pb2_grpc
-from paddleray.services.exporter.serving import codec
+from paddleray.services.exporter.serving.replica import codec
 from paddleray.services.exporter.settings import ExporterSettings
 from support import free_port, wait_until
 from support.exporter import BUILDERS, EXAMPLES, WORKERS, ExporterClient, exporter_thread, flush, linear_checkpoint
-from support.ports import free_port_range
+from support.serving import rest_infer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 D = deployment_pb2.DeploymentState
@@ -37,7 +37,6 @@ def serving_exporter(ray_cluster, redis_server, tmp_path_factory):
         port=0, redis_url=redis_server.url, ray_address=ray_cluster, storage_root=tmp_path_factory.mktemp("deploy"),
         builder_allowlist=[EXAMPLES, BUILDERS], scheduler_address="", export_num_cpus=0.5,
         serving_grpc_port=free_port(), serving_http_port=free_port(), reconcile_interval_s=1.0,
-        serving_direct_ports="{}-{}".format(*(lambda r: (r.start, r.stop - 1))(free_port_range(4))),
     )
     thread = exporter_thread(settings)
     yield thread
@@ -46,8 +45,9 @@ def serving_exporter(ray_cluster, redis_server, tmp_path_factory):
 
 
 class Inference:
-    """The v2 stub at the port Serve's proxy really uses, known once the first deployment started
-    Serve (a Serve an earlier test left on the shared head keeps the port it was started with)."""
+    """The v2 stub at the port Serve's HAProxy really uses, known once the first deployment started
+    Serve (a Serve an earlier test left on the shared head keeps the port it was started with);
+    each call names its model as `application` metadata, as Serve routes between apps by it."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -56,7 +56,8 @@ class Inference:
     def ModelInfer(self, request, timeout: float):  # noqa: N802 - the v2 RPC's name
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"127.0.0.1:{self.app.controller.grpc_port}")
-        return grpc_service_pb2_grpc.GRPCInferenceServiceStub(self._channel).ModelInfer(request, timeout=timeout)
+        return grpc_service_pb2_grpc.GRPCInferenceServiceStub(self._channel).ModelInfer(
+            request, timeout=timeout, metadata=(("application", request.model_name),))
 
     def close(self) -> None:
         if self._channel is not None:
@@ -84,11 +85,6 @@ def _dynamic(checkpoint: str, x: np.ndarray) -> np.ndarray:
     with paddle.no_grad():
         return model(paddle.to_tensor(x)).numpy()
 
-
-def _direct(deployment: deployment_pb2.Deployment):
-    """A stub on the deployment's own endpoint."""
-    assert deployment.direct_endpoint.startswith("127.0.0.1:"), deployment.direct_endpoint
-    return grpc_service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(deployment.direct_endpoint))
 
 
 def _get(client: ExporterClient, name: str) -> deployment_pb2.Deployment:
@@ -148,10 +144,10 @@ def test_a_deployed_version_serves_the_dynamic_models_predictions_until_undeploy
     assert response.model_version == "1"
     np.testing.assert_allclose(codec.decode_response(response)["fetch_name_0"], _dynamic(checkpoint, x),
                                rtol=1e-5, atol=1e-5)
-    direct = _direct(healthy)
-    response = direct.ModelInfer(codec.encode_request("linear", {"x": x}), timeout=30)
-    np.testing.assert_allclose(codec.decode_response(response)["fetch_name_0"], _dynamic(checkpoint, x),
-                               rtol=1e-5, atol=1e-5)
+    assert healthy.endpoint == f"127.0.0.1:{inference.app.controller.grpc_port}" and not healthy.direct_endpoint
+    version, outputs = rest_infer(healthy.http_endpoint, {"x": x})
+    assert version == "1"
+    np.testing.assert_allclose(outputs["fetch_name_0"], _dynamic(checkpoint, x), rtol=1e-5, atol=1e-5)
     with pytest.raises(grpc.RpcError) as info:
         client.stub.DeleteModelVersion(es.DeleteModelVersionRequest(name=name), timeout=30)
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "deployments linear" in info.value.details()
@@ -166,10 +162,11 @@ def test_a_deployed_version_serves_the_dynamic_models_predictions_until_undeploy
     with pytest.raises(grpc.RpcError) as info:
         inference.ModelInfer(codec.encode_request("linear", {"x": x}), timeout=30)
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
-    # Its own endpoint went with its replicas (and its port was freed).
-    with pytest.raises(grpc.RpcError) as info:
-        direct.ModelInfer(codec.encode_request("linear", {"x": x}), timeout=30)
-    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    import urllib.error
+
+    with pytest.raises(urllib.error.HTTPError) as http_info:
+        rest_infer(healthy.http_endpoint, {"x": x})
+    assert http_info.value.code == 404
 
 
 def test_a_90_10_split_routes_by_weight_and_model_version_picks_a_version(clients, versions):
@@ -183,15 +180,18 @@ def test_a_90_10_split_routes_by_weight_and_model_version_picks_a_version(client
                                            timeout=30).deployment
     healthy = _wait_state(client, created.name, D.DEPLOYMENT_STATE_HEALTHY)
     x = np.ones((1, 8), np.float32)
-    for path in (inference, _direct(healthy)):
-        served = Counter(path.ModelInfer(codec.encode_request("linear-ab", {"x": x}), timeout=30).model_version
-                         for _ in range(400))
+    calls = {
+        "grpc": lambda version="": (lambda r: (r.model_version, codec.decode_response(r)))(
+            inference.ModelInfer(codec.encode_request("linear-ab", {"x": x}, version=version), timeout=30)),
+        "rest": lambda version="": rest_infer(healthy.http_endpoint, {"x": x}, version),
+    }
+    for path, call in calls.items():
+        served = Counter(call()[0] for _ in range(400))
         # Binomial(400, 0.1): mean 40, sd 6; 5 sd either side.
-        assert set(served) == {"1", "2"} and 10 <= served["2"] <= 70, served
-        pinned = path.ModelInfer(codec.encode_request("linear-ab", {"x": x}, version="2"), timeout=30)
-        assert pinned.model_version == "2"
-        np.testing.assert_allclose(codec.decode_response(pinned)["fetch_name_0"], _dynamic(checkpoint, x),
-                                   rtol=1e-5, atol=1e-5)
+        assert set(served) == {"1", "2"} and 10 <= served["2"] <= 70, (path, served)
+        version, outputs = call("2")
+        assert version == "2"
+        np.testing.assert_allclose(outputs["fetch_name_0"], _dynamic(checkpoint, x), rtol=1e-5, atol=1e-5)
     listed = client.stub.ListDeployments(es.ListDeploymentsRequest(model_version=second), timeout=30).deployments
     assert [d.name for d in listed] == ["deployments/ab"]
     client.stub.DeleteDeployment(es.DeleteDeploymentRequest(name=created.name), timeout=30)

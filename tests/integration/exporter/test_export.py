@@ -3,6 +3,7 @@ validation figures, VALIDATION_FAILED and FAILED, and the request rules."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -44,17 +45,29 @@ def test_export_of_a_checkpoint_returns_at_once_then_validates_and_is_ready(clie
     assert files == ["inference.json", "inference.pdiparams"]
     assert artifact.size_bytes == sum(p.stat().st_size for p in Path(artifact.uri).iterdir())
     manifest = json.loads((version_dir / "manifest.json").read_text())
+    # Each file's SHA-256, what a replica loading from an object store checks its copy against.
+    digests = manifest.pop("files")
+    assert digests == {f"paddle/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest()
+                       for p in Path(artifact.uri).iterdir()}
     assert manifest == {
         "format_version": 1, "model": "models/linear", "version": "models/linear/versions/1",
         "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}],
         "outputs": [{"name": "fetch_name_0", "datatype": "FP32", "shape": [-1, 3]}],
         "artifacts": {"paddle": "paddle"}, "predictor_outputs": ["fetch_name_0"],
+        "tenant": "default",  # whose version: the scheduler's init_from.model_version checks it
     }
     assert done.source_checkpoint.uri == checkpoint and done.model_builder == f"{BUILDERS}:build_linear"
     # The same request_id again: the same version, no new one.
     again = client.export(parent="models/linear", checkpoint_uri=checkpoint, model_builder=f"{BUILDERS}:build_linear",
                           runtime_env=ENV, request_id="linear-1")
     assert again.name == first.name
+    # The same request_id with another request (here: ONNX too) is taken (AIP-155), not answered
+    # with the first version.
+    with pytest.raises(grpc.RpcError) as reused:
+        client.export(parent="models/linear", checkpoint_uri=checkpoint, model_builder=f"{BUILDERS}:build_linear",
+                      runtime_env=ENV, request_id="linear-1", formats=[model_pb2.EXPORT_FORMAT_ONNX])
+    assert reused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert reused.value.details().startswith("request_id: already used by a different request")
     model = client.stub.GetModel(es.GetModelRequest(name="models/linear")).model
     assert model.latest_version == 1
 
@@ -189,3 +202,43 @@ def test_models_and_versions_are_listed_updated_and_deleted_over_grpc(client, st
     with pytest.raises(grpc.RpcError) as info:
         stub.GetModel(es.GetModelRequest(name="models/registry"))
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _stored_package(storage_root: Path, root: Path) -> str:
+    """What the scheduler's UploadPackage leaves on the shared storage root; returns the URI."""
+    from paddleray.services.client.packaging import build_package
+    from paddleray.services.common import packages
+
+    package = build_package(root)
+    path = packages.zip_path(storage_root, package.sha256)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(package.data)
+    return package.uri
+
+
+def test_a_checkpoint_exports_with_the_builder_of_a_package_under_no_allowlist(client, storage_root, tmp_path):
+    # A project outside the repo, importable by no service and under no allowlist prefix.
+    (tmp_path / "project" / "mylinear").mkdir(parents=True)
+    (tmp_path / "project" / "mylinear" / "model.py").write_text(
+        "from paddle import nn\nfrom paddle.static import InputSpec\n\n"
+        "def build_model(config):\n    return nn.Linear(8, 3)\n\n"
+        "def input_spec():\n    return [InputSpec([None, 8], 'float32', 'x')]\n")
+    uri = _stored_package(storage_root, tmp_path / "project")
+    package_env = common_pb2.RuntimeEnv(working_dir=uri)
+    checkpoint = linear_checkpoint(storage_root)
+    version = client.export(parent="models/packaged", checkpoint_uri=checkpoint,
+                            model_builder="mylinear.model:build_model", runtime_env=package_env)
+    done = client.wait_done(version.name)
+    assert done.state == S.MODEL_VERSION_STATE_READY, done.state_reason
+    assert done.validation.passed and [t.name for t in done.inputs] == ["x"]
+
+    with pytest.raises(grpc.RpcError) as denied:  # a module the package does not hold
+        client.export(parent="models/packaged", checkpoint_uri=checkpoint, model_builder="mylinear.other:build_model",
+                      runtime_env=package_env)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "model_builder" in denied.value.details() and "mylinear/other.py" in denied.value.details()
+    with pytest.raises(grpc.RpcError) as missing:  # a package this storage root does not hold
+        client.export(parent="models/packaged", checkpoint_uri=checkpoint, model_builder="mylinear.model:build_model",
+                      runtime_env=common_pb2.RuntimeEnv(working_dir="paddleray://packages/sha256-" + "0" * 64))
+    assert missing.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert missing.value.details().startswith("runtime_env.working_dir: package")

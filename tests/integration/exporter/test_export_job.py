@@ -15,11 +15,11 @@ from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import model_pb2
 from paddleray.scheduler.v1 import job_pb2, job_service_pb2_grpc
 from paddleray.scheduler.v1 import job_service_pb2 as js
+from paddleray.services.common.checkpoints import CheckpointStore
 from paddleray.services.scheduler.__main__ import registrations as scheduler_registrations
 from paddleray.services.scheduler.app import SchedulerApp
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.trainer.__main__ import registrations as trainer_registrations
-from paddleray.services.trainer.checkpoints import CheckpointStore
 from paddleray.services.trainer.examples import digits_data, digits_mlp, loop
 from paddleray.services.trainer.settings import TrainerSettings
 from paddleray.services.trainer.trainer import Trainer

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from paddleray.services.common import errors, ray_private
-from paddleray.services.exporter.serving.ownership import ServeOwnership
+from paddleray.services.exporter.serving.control.ownership import ServeOwnership
 from support import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # Another installation's exporter: a driver of the same cluster that claims Serve and stays.
 OTHER_DRIVER = textwrap.dedent("""
     import sys, time, ray
-    from paddleray.services.exporter.serving.ownership import ServeOwnership
+    from paddleray.services.exporter.serving.control.ownership import ServeOwnership
     ray.init(address=sys.argv[1], log_to_driver=False)
     ServeOwnership("other-installation").claim()
     print("claimed", flush=True)

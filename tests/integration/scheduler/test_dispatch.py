@@ -165,7 +165,7 @@ async def test_fractional_gpus_fill_one_card_exactly(stack_factory):
             await stack.create(make_job(cpus=0.5, gpus=gpus, config={"hang": True}), job_id=job_id)
         for name in ("jobs/g1", "jobs/g2", "jobs/g3"):
             await _wait_state(stack, name, J.JOB_STATE_RUNNING)
-        await asyncio.sleep(0.5)  # several dispatch passes
+        await _full_passes(stack)
         assert (await stack.get("jobs/g4")).state == J.JOB_STATE_QUEUED
         assert stack.fake.max_concurrent_gpu == 1.0
         await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/g2"))
@@ -178,17 +178,12 @@ async def test_priority_then_fifo_and_tenant_job_limit(stack_factory):
     async with stack_factory(cpus=1, tenant_limits={"greedy": TenantLimits(max_jobs=1)}) as stack:
         await stack.create(make_job(config={"hang": True}), job_id="blocker")
         await _wait_state(stack, "jobs/blocker", J.JOB_STATE_RUNNING)
-        passes = _count_passes(stack.app.dispatcher)
         await stack.create(make_job(config={"steps": 1}), job_id="low")
         await stack.create(make_job(config={"steps": 1}, priority=10), job_id="high")
         # A pass decides on the queue as it read it: one that read only "low" and claims after
-        # the blocker's CPU is free would start "low" first. Let every pass that may have
-        # started before "high" existed end (they find no room while the blocker runs): two
-        # more passes done means one began after it. A fixed sleep lost that race under load.
-        seen = passes()
-        async with asyncio.timeout(30):
-            while passes() < seen + 2:
-                await asyncio.sleep(0.02)
+        # the blocker's CPU is free would start "low" first. Let passes that began after "high"
+        # existed end (they find no room while the blocker runs). A fixed sleep lost that race.
+        await _full_passes(stack)
         await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/blocker"))
         high, low = await stack.wait_terminal("jobs/high"), await stack.wait_terminal("jobs/low")
         assert high.start_time.ToNanoseconds() < low.start_time.ToNanoseconds()
@@ -197,7 +192,7 @@ async def test_priority_then_fifo_and_tenant_job_limit(stack_factory):
             await stack.create(make_job(tenant="greedy", config={"hang": True}), job_id=f"greedy-{i}")
         await stack.create(make_job(tenant="polite", config={"hang": True}), job_id="polite-0")
         await _wait_state(stack, "jobs/polite-0", J.JOB_STATE_RUNNING)
-        await asyncio.sleep(0.5)
+        await _full_passes(stack)
         states = [(await stack.get(f"jobs/greedy-{i}")).state for i in range(3)]
         assert states.count(J.JOB_STATE_RUNNING) == 1 and states.count(J.JOB_STATE_QUEUED) == 2
 
@@ -215,19 +210,27 @@ async def test_get_job_logs_proxies_the_runs_logs(stack_factory):
         assert [line.text for line in lines] == [f"{done.attempts[0].run} line {i}" for i in (3, 4)]
 
 
-def _count_passes(dispatcher):
-    """Counts the dispatcher's finished passes from now on; returns a reader of the count."""
-    done = [0]
-    one_pass = dispatcher.dispatch_once
+async def _full_passes(stack, count: int = 2, timeout: float = 30) -> None:
+    """Returns once `count` dispatcher passes began and ended after the call: each saw every job
+    there was at the call, and decided on it. What a fixed sleep hoped for, under any load."""
+    dispatcher = stack.app.dispatcher
+    one_pass = dispatcher.dispatch_once  # a pass running now called it already: it is not counted
+    done = 0
 
     async def counted() -> int:
+        nonlocal done
         try:
             return await one_pass()
         finally:
-            done[0] += 1
+            done += 1
 
     dispatcher.dispatch_once = counted
-    return lambda: done[0]
+    try:
+        async with asyncio.timeout(timeout):
+            while done < count:
+                await asyncio.sleep(0.02)
+    finally:
+        dispatcher.dispatch_once = one_pass
 
 
 async def _wait_state(stack, name: str, state: int, timeout: float = 30) -> job_pb2.Job:
@@ -271,7 +274,7 @@ async def test_backfill_cannot_starve_a_big_job(stack_factory):
         await stack.create(make_job(cpus=2, config={"hang": True}), job_id="big")
         await asyncio.sleep(0.6)  # the big job has now waited past max_backfill_wait_s
         await stack.create(make_job(cpus=1, config={"hang": True}), job_id="small-late")
-        await asyncio.sleep(0.5)
+        await _full_passes(stack)
         # One CPU is free, but the late small job must leave it for the big one.
         assert (await stack.get("jobs/small-late")).state == J.JOB_STATE_QUEUED
         await stack.stub.CancelJob(js.CancelJobRequest(name="jobs/small-running"))
@@ -316,7 +319,7 @@ async def test_memory_and_tenant_gpu_limits_hold_jobs_back(stack_factory):
             await stack.create(make_job(cpus=1, gpus=0.5, tenant="vision", config={"hang": True}), job_id=f"gpu-{i}")
         await _wait_state(stack, "jobs/mem-0", J.JOB_STATE_RUNNING)
         await _wait_state(stack, "jobs/gpu-0", J.JOB_STATE_RUNNING)
-        await asyncio.sleep(0.5)
+        await _full_passes(stack)
         # 3 GiB + 3 GiB exceed the 4 GiB cluster; the tenant may hold half a GPU, though two are free.
         assert (await stack.get("jobs/mem-1")).state == J.JOB_STATE_QUEUED
         assert (await stack.get("jobs/gpu-1")).state == J.JOB_STATE_QUEUED

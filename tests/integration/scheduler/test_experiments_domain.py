@@ -101,8 +101,14 @@ async def test_trial_job_ids_of_a_long_experiment_id_stay_valid_job_ids(sweep):
 
 async def test_a_repeated_request_id_returns_the_first_experiment_and_a_taken_id_is_refused(sweep):
     first = await sweep.create(make_experiment(), "", request_id="req-1")
-    again = await sweep.create(make_experiment(lrs=(9.0,)), "", request_id="req-1")
+    again = await sweep.create(make_experiment(), "", request_id="req-1")
     assert again.name == first.name and again.total_trials == 4
+    # The same request_id with another request: the key is taken (AIP-155), nothing is created.
+    with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
+        await sweep.create(make_experiment(lrs=(9.0,)), "", request_id="req-1")
+    with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
+        await sweep.create(make_experiment(), "named", request_id="req-1")
+    assert [e.name for e in (await sweep.list(0, "", []))[0]] == [first.name]
     with pytest.raises(errors.AlreadyExists):
         await sweep.create(make_experiment(), first.name.removeprefix("experiments/"))
 

@@ -6,9 +6,12 @@ import asyncio
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.scheduler.v1 import job_service_pb2 as js
+from paddleray.services.client.specs import load_job
 from paddleray.services.common import paging
 from support.scheduler import make_job
 
@@ -35,6 +38,13 @@ async def test_bad_input_is_invalid_argument_naming_the_field(stack_factory):
         code, details = await _code(lambda: stack.stub.CreateJob(js.CreateJobRequest(job=bad)))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert details.startswith("job.spec.resources_per_worker.num_gpus:") and "finite" in details
+        # The same as a google.rpc.BadRequest field violation, for clients that read status details.
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stack.stub.CreateJob(js.CreateJobRequest(job=bad))
+        [detail] = rpc_status.from_call(refused.value).details
+        violation = error_details_pb2.BadRequest()
+        assert detail.Unpack(violation) and [(v.field, v.description) for v in violation.field_violations] == [
+            ("job.spec.resources_per_worker.num_gpus", details.partition(": ")[2])]
         code, details = await _code(lambda: stack.stub.CreateJob(js.CreateJobRequest()))
         assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "job: required")
         for name in ("job/x", "jobs/Bad_Id"):
@@ -87,6 +97,48 @@ async def test_specs_the_trainer_could_not_run_are_refused_at_create(stack_facto
         assert not (await stack.stub.ListJobs(js.ListJobsRequest())).jobs
 
 
+async def test_zero_workers_or_cpus_are_invalid_argument_and_unset_is_one(stack_factory):
+    """num_workers and num_cpus have explicit presence: an explicit 0 is refused naming the
+    field; a client that leaves them unset (as every client generated before sends a 0) gets 1."""
+    async with stack_factory(dispatch=False) as stack:
+        for job, field in ((make_job(workers=0), "job.spec.num_workers"),
+                           (make_job(cpus=0), "job.spec.resources_per_worker.num_cpus")):
+            code, details = await _code(lambda job=job: stack.stub.CreateJob(js.CreateJobRequest(job=job)))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(f"{field}: "), details
+            assert "leave it unset for 1" in details
+        unset = make_job()
+        unset.spec.ClearField("num_workers")
+        unset.spec.resources_per_worker.ClearField("num_cpus")
+        created = await stack.create(unset)
+        assert not created.spec.HasField("num_workers") and not created.spec.resources_per_worker.HasField("num_cpus")
+        assert [j.name for j in (await stack.stub.ListJobs(js.ListJobsRequest())).jobs] == [created.name]
+
+
+async def test_a_dataset_not_under_the_storage_root_is_refused_at_create_naming_the_root(stack_factory, tmp_path):
+    """A spec file's data/ beside it is the client's, not the cluster's: refused by CreateJob
+    (it was accepted, then failed by the trainer at every StartRun)."""
+    root, project = tmp_path / "storage", tmp_path / "project"
+    for folder in (root, project):
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "train.csv").write_text("x,y\n1,2\n")
+        (folder / "job.yaml").write_text("entrypoint: pkg.train:main\ndatasets: [{name: train, uri: data/train.csv}]\n")
+    async with stack_factory(dispatch=False, storage_root=root) as stack:
+        outside, _ = load_job(project / "job.yaml")
+        code, details = await _code(lambda: stack.stub.CreateJob(js.CreateJobRequest(job=outside)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("job.spec.datasets[0].uri: "), details
+        assert f"{project / 'data' / 'train.csv'}' is not under the storage root ({root.resolve()})" in details
+        missing = make_job()
+        missing.spec.datasets.add(name="train", uri="data/absent.csv")
+        code, details = await _code(lambda: stack.stub.CreateJob(js.CreateJobRequest(job=missing)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "no such file or directory under the storage root" in details
+        inside, _ = load_job(root / "job.yaml")  # a spec file in the storage root: its data/ is the root's
+        created = await stack.create(inside)
+        assert created.spec.datasets[0].uri == str(root / "data" / "train.csv")
+        relative = make_job()  # a raw client's relative path is the storage root's, as the trainer reads it
+        relative.spec.datasets.add(name="train", uri="data/train.csv")
+        assert (await stack.create(relative)).spec.datasets[0].uri == "data/train.csv"
+
+
 def _varint(n: int) -> bytes:
     out = b""
     while n > 0x7F:
@@ -100,6 +152,11 @@ async def test_same_request_id_twice_is_one_job(stack_factory):
         first = await stack.create(make_job(), request_id="once")
         second = await stack.create(make_job(), request_id="once")
         assert first.name == second.name
+        # The same request_id with another request: ALREADY_EXISTS naming request_id (AIP-155),
+        # not the first job handed back as if it were the one asked for.
+        code, details = await _code(lambda: stack.create(make_job(priority=7), request_id="once"))
+        assert code == grpc.StatusCode.ALREADY_EXISTS
+        assert details.startswith("request_id: already used by a different request")
         listed = (await stack.stub.ListJobs(js.ListJobsRequest())).jobs
         assert [j.name for j in listed] == [first.name]
         code, _ = await _code(lambda: stack.stub.CreateJob(js.CreateJobRequest(job=make_job(), job_id=first.name[5:])))

@@ -19,8 +19,9 @@ from paddleray.scheduler.v1 import experiment_pb2, job_pb2, package_service_pb2_
 from paddleray.scheduler.v1 import job_service_pb2 as js
 from paddleray.scheduler.v1 import package_service_pb2 as pb
 from paddleray.services.client.packaging import build_package, upload_package
-from paddleray.services.common import errors, packages
+from paddleray.services.common import errors, identity, packages
 from paddleray.services.scheduler.packages import PackageStore
+from support.manifests import write_exported
 from support.scheduler import make_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -198,24 +199,27 @@ async def test_init_from_is_resolved_once_at_create(stack_factory, tmp_path):
         (tmp_path / "ckpt-2").rmdir()  # retention removed it: the next best that is still there
         assert (await stack.create(fine_tune(job="jobs/baseline"))).spec.init_from.resolved_uri == checkpoints[2].uri
 
-        direct = await stack.create(fine_tune(checkpoint_uri=checkpoints[0].uri))
-        assert direct.spec.init_from.resolved_uri == checkpoints[0].uri, "a client's resolved_uri is replaced"
+        under_root = _checkpoint(storage / "ckpt-0", 0, 1.0)  # checkpoint_uri: under the storage root only
+        direct = await stack.create(fine_tune(checkpoint_uri=under_root.uri))
+        assert direct.spec.init_from.resolved_uri == under_root.uri, "a client's resolved_uri is replaced"
 
         version = storage / "models" / "digits" / "versions" / "3"
         (version / "paddle").mkdir(parents=True)
-        (version / "manifest.json").write_text("{}")
+        write_exported(version, "digits", 3, tenant="default")
         exported = await stack.create(fine_tune(model_version="models/digits/versions/3"))
         assert exported.spec.init_from.resolved_uri == str(version)
 
         await stack.create(make_job(), job_id="fresh")
         for job, code, field in [
             (fine_tune(job="jobs/fresh"), grpc.StatusCode.FAILED_PRECONDITION, "job.spec.init_from.job: jobs/fresh has no checkpoint"),
-            (fine_tune(job="jobs/nope"), grpc.StatusCode.FAILED_PRECONDITION, "job.spec.init_from.job: jobs/nope does not exist"),
+            (fine_tune(job="jobs/nope"), grpc.StatusCode.NOT_FOUND, "job.spec.init_from.job: jobs/nope not found"),
             (fine_tune(job="baseline"), grpc.StatusCode.INVALID_ARGUMENT, "job.spec.init_from.job"),
-            (fine_tune(checkpoint_uri=str(tmp_path / "nope")), grpc.StatusCode.FAILED_PRECONDITION,
+            (fine_tune(checkpoint_uri=str(storage / "nope")), grpc.StatusCode.FAILED_PRECONDITION,
              "job.spec.init_from.checkpoint_uri"),
-            (fine_tune(model_version="models/digits/versions/4"), grpc.StatusCode.FAILED_PRECONDITION,
-             "job.spec.init_from.model_version: models/digits/versions/4 has not been exported"),
+            (fine_tune(checkpoint_uri=str(tmp_path / "ckpt-1")), grpc.StatusCode.INVALID_ARGUMENT,
+             "job.spec.init_from.checkpoint_uri: must be a path under the storage root"),
+            (fine_tune(model_version="models/digits/versions/4"), grpc.StatusCode.NOT_FOUND,
+             "job.spec.init_from.model_version: models/digits/versions/4 not found"),
             (fine_tune(model_version="models/../versions/1"), grpc.StatusCode.INVALID_ARGUMENT,
              "job.spec.init_from.model_version"),
             (fine_tune(), grpc.StatusCode.INVALID_ARGUMENT, "job.spec.init_from: set one of"),
@@ -232,7 +236,8 @@ async def test_a_sweep_template_is_checked_like_create_job(stack_factory, tmp_pa
         template = _package_job("paddleray://packages/sha256-" + "1" * 64)
         experiment = experiment_pb2.Experiment(trial_template=template, metric="loss", mode=common_pb2.METRIC_MODE_MIN)
         experiment.search_space.parameters["lr"].grid.values.add().number_value = 0.1
-        with pytest.raises(errors.FailedPrecondition, match=r"^experiment\.trial_template\.spec\.runtime_env\.working_dir"):
+        with identity.acting_as(identity.LOCAL), pytest.raises(
+                errors.FailedPrecondition, match=r"^experiment\.trial_template\.spec\.runtime_env\.working_dir"):
             await stack.app.experiments.create(experiment)
         assert (await stack.stub.ListJobs(js.ListJobsRequest())).jobs == []
 

@@ -143,8 +143,10 @@ async def test_a_wrong_redis_password_is_unavailable_and_not_serving(tmp_path, f
     redis_server = SecureRedis(tmp_path / "redis", REDIS_PASSWORD).start()
     scheduler = SchedulerProcess(redis_server.url, fake_trainer[1], tmp_path, redis_password="not-the-password-0000")
     try:
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(scheduler.start(), timeout=5)  # never answers a call
+        # Listening, but never answering a call: NOT_SERVING, and UNAVAILABLE to every RPC. (Once
+        # a 5 s "start() did not answer" here, which on a loaded machine also passed for a
+        # scheduler still importing, leaving no port to check.)
+        await scheduler.start_until_bound()
         await _wait_health(scheduler.address, health_pb2.HealthCheckResponse.NOT_SERVING)
         async with aio.insecure_channel(scheduler.address) as channel:
             calls = _every_rpc(job_service_pb2_grpc.JobServiceStub(channel),

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
 import pytest
 
-from paddleray.inference.v2 import grpc_service_pb2_grpc
-from paddleray.services.exporter.serving.controller import ServingController
+from paddleray.services.exporter.serving.control.controller import ServingController
 from paddleray.services.localstack.ports import free_port
 from support.serving import export_model
 
@@ -29,13 +27,6 @@ def controller(ray_cluster):
     asyncio.run(ctl.start())
     yield ctl
     asyncio.run(ctl.stop(shutdown_serve=True))
-
-
-@pytest.fixture(scope="package")
-def stub(controller):
-    channel = grpc.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
-    yield grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
-    channel.close()
 
 
 @pytest.fixture(scope="session")

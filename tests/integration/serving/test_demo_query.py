@@ -1,4 +1,4 @@
-"""The demo's query step (services/cli/demo_serving.query) through the SDK's v2 client against
+"""The demo's query step (`query` in services/cli/demo_serving.py) through the SDK's v2 client against
 real Ray Serve: accuracy on the held-out digits, latencies, one batched call agreeing with the
 single-row calls. The deployment resource is built here as GetDeployment would return it."""
 
@@ -20,7 +20,7 @@ from support.serving import dynamic_forward
 
 def test_the_demo_query_reports_the_served_models_accuracy_and_latencies(controller, artifacts):
     artifact_dir, model = artifacts["mlp1"]
-    asyncio.run(controller.apply([ServedModel("demo-digits", [ServedVersion("1", str(artifact_dir), num_cpus=0.1)])]))
+    asyncio.run(controller.apply([ServedModel("demo-digits", [ServedVersion("1", str(artifact_dir))], num_cpus=0.1)]))
     deployment = deployment_pb2.Deployment(name="deployments/demo-digits", serving_name="demo-digits",
                                            endpoint=f"127.0.0.1:{controller.grpc_port}")
     version = model_pb2.ModelVersion(name="models/m/versions/1",

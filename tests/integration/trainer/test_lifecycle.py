@@ -82,7 +82,7 @@ def _epochs(client, name):
 def test_a_killed_run_resumes_from_its_last_checkpoint_without_losing_epochs(client, tmp_path, fault_figures):
     config = {"epochs": 6, "out_dir": str(tmp_path)}
     crashed = client.wait_done(client.start("epochs", {**config, "crash_at_epoch": 5}).name)
-    assert crashed.state == run_pb2.RUN_STATE_FAILED and crashed.state_reason.startswith("rank 0 died:")
+    assert crashed.state == run_pb2.RUN_STATE_FAILED and crashed.state_reason.startswith(f"rank 0 died on node {crashed.workers[0].node_id}:")
     assert crashed.failure.kind == common_pb2.FAILURE_KIND_WORKER_LOST
     assert crashed.latest_checkpoint.epoch == 4
     assert _epochs(client, crashed.name) == [1, 2, 3, 4]
@@ -176,7 +176,7 @@ def test_an_unplaceable_run_says_what_it_lacks_and_shutdown_frees_its_reservatio
     assert len(waiting) == 1
     assert record.state == "STOPPED"
     assert left == set(), "the pending placement group is removed at shutdown"
-    reloaded = json.loads((own.settings.storage_root / "runs" / record.run_id / "run.json").read_text())
+    reloaded = json.loads((Path(own.settings.storage_root) / "runs" / record.run_id / "run.json").read_text())
     assert reloaded["state"] == "STOPPED"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 
@@ -136,8 +138,13 @@ def test_allowlist_and_bad_requests(client):
 
 def test_request_id_is_idempotent_and_list_pages(client):
     first = client.start("hello", {"lines": 0}, request_id="req-1", job="jobs/42")
-    again = client.start("hello", {"lines": 0}, request_id="req-1", job="jobs/42")
+    # A retry sends what is left of its timeout: the one field a repeat need not repeat.
+    again = client.start("hello", {"lines": 0}, request_id="req-1", job="jobs/42", timeout={"seconds": 50})
     assert first.name == again.name
+    with pytest.raises(grpc.RpcError) as reused:
+        client.start("hello", {"lines": 1}, request_id="req-1", job="jobs/42")
+    assert reused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert reused.value.details().startswith("request_id: already used by a different request")
     client.wait_done(first.name)
     page = client.stub.ListRuns(trainer_service_pb2.ListRunsRequest(job="jobs/42", page_size=1))
     assert [r.name for r in page.runs] == [first.name] and page.next_page_token == ""
@@ -205,7 +212,7 @@ def test_runs_survive_a_trainer_restart(client, trainer):
 
 def test_large_logs_stream_in_messages_a_default_client_accepts(client, trainer):
     run = client.wait_done(client.start("hello", {"lines": 0}).name)
-    log = trainer.settings.storage_root / "runs" / run.name.split("/")[-1] / "logs" / "rank-0.stdout.log"
+    log = Path(trainer.settings.storage_root) / "runs" / run.name.split("/")[-1] / "logs" / "rank-0.stdout.log"
     with open(log, "a") as f:
         for i in range(6000):  # 6 MB: above the 4 MiB a gRPC client accepts in one message by default
             f.write(f"{2e9 + i:.6f}\tbulk {i:05d} {'x' * 1000}\n")

@@ -1,4 +1,4 @@
-"""The bare-Paddle baseline of bench/trainer_bench trains exactly what the example trains.
+"""The bare-Paddle baseline of bench/trainer_bench.py trains exactly what the example trains.
 
 If it did not (other rows, order, init or optimizer), throughput_vs_bare would compare
 different work; equal weights after two epochs show it is the same work.

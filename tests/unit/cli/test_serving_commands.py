@@ -85,6 +85,8 @@ def test_inputs_from_npy_json_and_inline_and_conversion_to_the_models_datatype(t
      "--replicas"),
     (["deployments", "create", "d", "--model", "m", "--version", "1", "--backend", "tensorrt"], "--backend"),
     (["deployments", "update", "d"], "--traffic"),
+    (["models", "export", "--model", "m", "--job", "j", "--dynamic-sizes", "16,-4"], "--dynamic-sizes"),
+    (["models", "export", "--model", "m", "--job", "j", "--dynamic-sizes", "wide"], "--dynamic-sizes"),
     (["export", "--model", "m"], "--job / --checkpoint"),  # the top-level shortcuts
     (["deploy", "d", "--model", "m"], "--version / --traffic"),
     (["predict", "m", "--input", "x=@/no/such/file.npy"], "--input"),
@@ -100,3 +102,39 @@ def test_an_unreachable_exporter_is_a_connection_error():
     result = Cli(f"127.0.0.1:{free_port()}", "--request-timeout", "2")("models", "list")
     assert result.exit_code == ExitCode.UNREACHABLE, result.stdout + result.stderr
     assert result.stderr.startswith("error: cannot reach 127.0.0.1:") and "Traceback" not in result.stderr
+
+
+def test_export_inputs_parse_from_name_dtype_shape_and_bad_ones_name_the_flag():
+    from paddleray.services.client.exporter import tensor_spec
+
+    spec = tensor_spec("x:fp32:-1,64")
+    assert (spec.name, spec.datatype, list(spec.shape)) == ("x", model_pb2.DATA_TYPE_FP32, [-1, 64])
+    assert list(tensor_spec("ids:INT64:-1").shape) == [-1]
+    for bad, why in (("x:FP32", "NAME:DTYPE:SHAPE"), ("x:FP99:-1,8", "is not one of"), ("x:FP32:-1,a", "integers")):
+        with pytest.raises(ConfigError, match=why):
+            tensor_spec(bad)
+    cli = Cli(f"127.0.0.1:{free_port()}")
+    result = cli("models", "export", "--model", "m", "--job", "j", "--input", "x:FP32:any")
+    assert result.exit_code == ExitCode.USAGE and "--input" in result.stderr and "x:FP32:any" in result.stderr
+
+
+def test_an_address_that_is_not_an_exporter_says_so_and_names_the_option():
+    from concurrent import futures
+
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))  # serves nothing: as a scheduler serves no models
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        result = Cli(f"127.0.0.1:{port}")("models", "list")
+    finally:
+        server.stop(0)
+    assert result.exit_code == ExitCode.REJECTED
+    assert f"127.0.0.1:{port} is not an exporter" in result.stderr and "--exporter-address" in result.stderr
+
+
+def test_a_max_batch_size_of_zero_is_a_usage_error_naming_the_flag():
+    result = Cli(f"127.0.0.1:{free_port()}")("deployments", "create", "d", "--model", "m", "--version", "1",
+                                              "--max-batch-size", "0")
+    assert result.exit_code == ExitCode.USAGE and "--max-batch-size" in result.stderr

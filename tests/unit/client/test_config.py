@@ -79,3 +79,13 @@ def test_a_broken_config_file_is_one_clear_line(tmp_path, text, message):
 def test_a_named_state_dir_that_has_no_stack_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="no local stack state"):
         resolve(state_dir=tmp_path / "nothing", env={}, cwd=tmp_path)
+
+
+def test_a_context_whose_token_env_is_unset_is_an_error_naming_it(tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    config.write_text("current-context: prod\ncontexts:\n  prod: {address: 'h:1', token_env: PR_TEST_TOKEN}\n")
+    monkeypatch.delenv("PR_TEST_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="contexts.prod.token_env: the variable PR_TEST_TOKEN is not set"):
+        resolve(config_file=config, env={}, cwd=tmp_path)
+    monkeypatch.setenv("PR_TEST_TOKEN", "s3cret")
+    assert resolve(config_file=config, env={}, cwd=tmp_path).token == "s3cret"

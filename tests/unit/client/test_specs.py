@@ -43,8 +43,21 @@ def test_every_field_of_a_job_spec(tmp_path):
     assert job.timeout.seconds == 5400
     assert job.spec.placement_strategy == common_pb2.PLACEMENT_STRATEGY_SPREAD
     assert job.spec.datasets[0].format == common_pb2.DATASET_FORMAT_PARQUET
+    # A dataset's local path is the spec file's, as working_dir's (CreateJob then checks that
+    # it lies under the storage root).
+    assert job.spec.datasets[0].uri == str(tmp_path / "data" / "train.parquet")
     assert job.spec.checkpoint_policy.best_mode == common_pb2.METRIC_MODE_MAX
     assert dict(job.spec.runtime_env.env_vars) == {"X": "1"}
+
+
+def test_uris_in_a_spec_are_left_as_they_are(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text("entrypoint: pkg.mod:fn\nworking_dir: paddleray://packages/sha256-" + "a" * 64 + "\n"
+                    "datasets: [{name: a, uri: s3://bucket/train.parquet}, {name: b, uri: /abs/b.csv},"
+                    " {name: c, uri: 'file://rel/c.csv'}]\n")
+    job, _ = load_job(spec)
+    assert job.spec.runtime_env.working_dir == "paddleray://packages/sha256-" + "a" * 64
+    assert [d.uri for d in job.spec.datasets] == ["s3://bucket/train.parquet", "/abs/b.csv", str(tmp_path / "rel/c.csv")]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -52,6 +65,8 @@ def test_every_field_of_a_job_spec(tmp_path):
     ("entrypoint: a.b:c\ntimeout: .nan\n", ":2: timeout: must be a finite duration >= 0, got nan"),
     ("entrypoint: a.b:c\ntimeout: soon\n", ":2: timeout: expected a duration"),
     ("entrypoint: a.b:c\nresources:\n  cpus: 1\n  gpu: 2\n", ":4: resources.gpu: Extra inputs are not permitted"),
+    ("entrypoint: a.b:c\nresources: {cpus: 0}\n", ":2: resources.cpus: Input should be greater than 0"),
+    ("entrypoint: a.b:c\nnum_workers: 0\n", ":2: num_workers: Input should be greater than or equal to 1"),
     ("entrypoint: a.b:c\nretries: {max_retries: -1}\n", ":2: retries.max_retries: Input should be greater than"),
     ("entrypoint: a.b:c\nconfig: {epochs: 3\n", ":3: not valid YAML"),
     ("num_workers: 2\n", ":1: entrypoint: Field required"),

@@ -73,23 +73,31 @@ def test_a_changed_token_file_is_reloaded_and_a_broken_one_keeps_the_old_tokens(
 
 def test_tenant_rules_by_role():
     member = Identity("team-a", Role.MEMBER)
-    with identity.acting_as(member):
-        assert identity.tenant_for_write("", "job.tenant") == "team-a"
-        assert identity.tenant_for_write("team-a", "job.tenant") == "team-a"
-        with pytest.raises(errors.PermissionDenied, match="job.tenant"):
-            identity.tenant_for_write("team-b", "job.tenant")
-        with pytest.raises(errors.NotFound):
-            identity.check_visible("team-b", "jobs/x")
-        identity.check_visible("team-a", "jobs/x")
-        assert identity.list_filter("") == "team-a"
-        assert identity.list_filter("team-b") is None
-    with identity.acting_as(Identity("team-a", Role.READ_ONLY)), pytest.raises(errors.PermissionDenied):
-        identity.require_write("CancelJob")
-    with identity.acting_as(Identity("ops", Role.ADMIN)):
-        assert identity.tenant_for_write("team-b", "job.tenant") == "team-b"
-        with pytest.raises(errors.InvalidArgument, match="job.tenant"):
-            identity.tenant_for_write("Not A Tenant", "job.tenant")
-        identity.check_visible("team-b", "jobs/x")
-        assert identity.list_filter("") == ""
-    # Outside any call (auth off, background work): the local admin of the default tenant.
-    assert identity.current() == identity.LOCAL
+    assert identity.tenant_for_write(member, "", "job.tenant") == "team-a"
+    assert identity.tenant_for_write(member, "team-a", "job.tenant") == "team-a"
+    with pytest.raises(errors.PermissionDenied, match="job.tenant"):
+        identity.tenant_for_write(member, "team-b", "job.tenant")
+    with pytest.raises(errors.NotFound):
+        identity.check_visible(member, "team-b", "jobs/x")
+    identity.check_visible(member, "team-a", "jobs/x")
+    assert identity.list_filter(member, "") == "team-a"
+    assert identity.list_filter(member, "team-b") is None
+    with pytest.raises(errors.PermissionDenied):
+        identity.require_write(Identity("team-a", Role.READ_ONLY), "CancelJob")
+    admin = Identity("ops", Role.ADMIN)
+    assert identity.tenant_for_write(admin, "team-b", "job.tenant") == "team-b"
+    with pytest.raises(errors.InvalidArgument, match="job.tenant"):
+        identity.tenant_for_write(admin, "Not A Tenant", "job.tenant")
+    identity.check_visible(admin, "team-b", "jobs/x")
+    assert identity.list_filter(admin, "") == ""
+
+
+def test_outside_a_call_there_is_no_caller_not_an_admin():
+    # Background work, or code run without the server's interceptors, is nobody: it cannot act
+    # as the local admin by default (the default the contextvar had before issue 22.5).
+    with pytest.raises(identity.NoCaller):
+        identity.of_call()
+    with identity.acting_as(Identity("team-a", Role.MEMBER)):
+        assert identity.of_call().tenant == "team-a"
+    with pytest.raises(identity.NoCaller):
+        identity.of_call()

@@ -20,7 +20,7 @@ def test_parse_and_format_round_trip():
 
 @pytest.mark.parametrize(
     "name",
-    ["", "jobs/", "jobs/Bad_Id", "jobs/1abc", "jobs/a/b", "runs/a", "jobs/" + "a" * 64, "jobs/a\n", " jobs/a"],
+    ["", "jobs/", "jobs/Bad_Id", "jobs/1abc", "jobs/a/b", "runs/a", "jobs/" + "a" * 64, "jobs/a\n", " jobs/a", "jobs/a-"],
 )
 def test_malformed_job_names_name_the_field_and_form(name):
     with pytest.raises(InvalidArgument) as raised:
@@ -55,3 +55,10 @@ def test_pattern_misuse_is_a_programming_error():
     with pytest.raises(ValueError):
         names.JOB.format(run="x")
 
+
+
+def test_an_id_may_not_end_with_a_dash_and_may_be_63_characters():
+    assert names.check_id("a" * 63, "job_id") == "a" * 63 and names.check_id("a-1", "job_id") == "a-1"
+    with pytest.raises(InvalidArgument, match="not ending with '-'") as raised:
+        names.check_id("job-", "job_id")
+    assert raised.value.field == "job_id"

@@ -6,6 +6,7 @@ replacement) and change ray_private.py, the one module that imports them.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
 import pytest
@@ -40,10 +41,65 @@ def test_the_auto_connect_switch_is_where_ray_private_sets_it():
     assert isinstance(auto_init_hook.enable_auto_connect, bool)
 
 
-@pytest.mark.integration
-def test_the_drivers_gcs_client_answers_key_value_calls_with_a_timeout(ray_cluster):
+def test_serve_controller_running_names_the_actor_where_serve_declares_it():
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    assert SERVE_CONTROLLER_NAME and SERVE_NAMESPACE == "serve"
+
+
+def test_the_driver_whose_gcs_client_ray_private_reads_is_where_it_looks():
+    """Its gcs_client is set at ray.init: asked on a live driver in tests/integration/common/test_ray_private.py."""
+    from ray._private import worker
+
+    assert isinstance(worker.global_worker, worker.Worker)
+
+
+def test_serves_cached_client_is_where_ray_private_gets_and_drops_it():
+    from ray.serve import context
+
+    assert callable(context._get_global_client) and callable(context._set_global_client)
+
+
+def test_serves_client_answers_details_and_applies_a_declarative_config():
+    from ray.serve._private.client import ServeControllerClient
+    from ray.serve.schema import ServeDeploySchema
+
+    assert list(inspect.signature(ServeControllerClient.get_serve_details).parameters) == ["self"]
+    deploy = inspect.signature(ServeControllerClient.deploy_apps).parameters
+    assert list(deploy)[:2] == ["self", "config"] and ServeDeploySchema.__name__ in str(deploy["config"].annotation)
+
+
+def test_forget_serve_client_drops_the_cached_client():
+    from ray.serve import context
+
     from paddleray.services.common import ray_private
 
-    client = ray_private.gcs_client()
-    client.internal_kv_put(b"ray-private-test", b"1", True, b"paddleray", timeout=10)
-    assert client.internal_kv_get(b"ray-private-test", b"paddleray", timeout=10) == b"1"
+    context._global_client = object()
+    ray_private.forget_serve_client()
+    assert context._global_client is None
+
+
+def test_serves_grpc_server_takes_the_extra_options_exclusive_ports_corrects():
+    from paddleray.services.common import ray_private
+
+    server = ray_private.serve_grpc_server_class()
+    assert "extra_options" in inspect.signature(server.__init__).parameters
+
+
+def test_a_passthrough_service_is_registered_unrouted_on_serves_grpc_server():
+    import grpc
+
+    from paddleray.services.common import ray_private
+
+    routed = []
+
+    async def register() -> None:  # a grpc.aio server is made on a running loop, as Serve makes it
+        server = ray_private.serve_grpc_server_class()(lambda **kw: routed.append(kw) or (lambda *a: None))
+        ray_private.serve_passthrough_service(server, "grpc.reflection.v1.ServerReflection")
+        handler = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("grpc.reflection.v1.ServerReflection", {"Info": handler}),))
+        await server.stop(None)
+
+    asyncio.run(register())
+    assert routed == []  # a routed service would have asked the factory for its handlers

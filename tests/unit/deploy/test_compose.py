@@ -64,6 +64,17 @@ def test_redis_keeps_an_append_only_file():
     assert "redis-data:/data" in _services()["redis"]["volumes"]
 
 
+def test_both_stores_get_the_password_the_redis_requires():
+    redis = _services()["redis"]
+    password = redis["command"][redis["command"].index("--requirepass") + 1]
+    assert password.startswith("${PADDLERAY_REDIS_PASSWORD:?")
+    assert redis["environment"]["REDISCLI_AUTH"] == password  # the healthcheck's redis-cli
+    for name in ("scheduler", "exporter"):
+        env = _env(_services()[name])
+        assert env[f"PADDLERAY_{name.upper()}_REDIS_PASSWORD"] == password
+        assert "@" not in env[f"PADDLERAY_{name.upper()}_REDIS_URL"]  # no password in the URL
+
+
 def test_images_are_built_from_the_repos_dockerfiles_and_pinned():
     version = pyproject()["project"]["version"]
     for name, service in _services().items():
@@ -164,10 +175,16 @@ def test_the_scheduler_shares_the_trainers_storage_and_allowlist():
         assert f"storage:{root}" in _services()[name]["volumes"], name
 
 
-def test_the_serve_grpc_proxy_port_is_published_on_the_head():
+def test_the_serving_ports_are_published_on_the_head_to_loopback_and_are_the_endpoints_shown():
+    """Serve's HAProxy on the head (v2 gRPC and REST), published on the host's loopback only, and
+    the endpoints deployments show are those (issue 20 point 3)."""
     exporter = _env(_services()["exporter"])
-    port = int(exporter["PADDLERAY_EXPORTER_SERVING_GRPC_PORT"])
-    assert _published("ray-head")[port] == port
+    published = {entry.rsplit(":", 1)[0]: entry for entry in _services()["ray-head"]["ports"]}
+    for setting, shown in (("GRPC_PORT", "INFERENCE_ENDPOINT"), ("HTTP_PORT", "INFERENCE_HTTP_ENDPOINT")):
+        port = int(exporter[f"PADDLERAY_EXPORTER_SERVING_{setting}"])
+        assert _published("ray-head")[port] == port
+        assert f"127.0.0.1:{port}" in published, published
+        assert exporter[f"PADDLERAY_EXPORTER_{shown}"].endswith(f"127.0.0.1:{port}")
 
 
 def _scrape_targets() -> dict[str, set[str]]:
@@ -214,3 +231,20 @@ def test_every_ray_node_has_the_serving_node_env():
     for name in RAY_NODES:
         env = _env(_services()[name])
         assert {k: env.get(k) for k in SERVE_NODE_ENV} == SERVE_NODE_ENV, name
+
+
+def test_every_ray_node_starts_haproxy_with_the_unavailable_error_page():
+    """Serve's HAProxy through paddleray-haproxy where the image installs it (issue 21.12)."""
+    from paddleray.services.exporter.serving.node_env import IMAGE_HAPROXY_BINARY, haproxy_binary_env
+
+    expected = haproxy_binary_env(Path(IMAGE_HAPROXY_BINARY).parent)
+    for name in RAY_NODES:
+        env = _env(_services()[name])
+        assert {k: env.get(k) for k in expected} == expected, name
+
+
+def test_every_service_is_started_again_when_it_exits():
+    """The exporter exits (code 75) when its Ray cluster is lost, to reconnect in a fresh
+    process: compose must start it again, as every other service (issue 21 point 3)."""
+    assert {name: s.get("restart") for name, s in _services().items()
+            if s.get("restart") != "unless-stopped"} == {}

@@ -82,15 +82,25 @@ def test_the_drivers_services_select_the_drivers_pod_and_its_ports(service):
         assert port["port"] == ports[port["targetPort"]], "the Service keeps the container's port numbers"
 
 
-def test_the_inference_service_exposes_the_serve_grpc_proxy_on_the_head():
+def test_the_inference_service_exposes_both_serving_endpoints_on_the_head():
+    """Serve's HAProxy on the head: v2 gRPC and v2 REST, on the ports the exporter starts it on,
+    and the endpoints deployments show (and the exporter probes) are that Service's."""
     spec = _by_kind("Service")["paddleray-inference"]["spec"]
     head = _raycluster()["spec"]["headGroupSpec"]["template"]
     assert spec["selector"].items() <= head["metadata"]["labels"].items()
-    [port] = spec["ports"]
+    ports = {p["appProtocol"]: p for p in spec["ports"]}
+    assert set(ports) == {"grpc", "http"}
     head_ports = {p["name"]: p["containerPort"] for c in head["spec"]["containers"] for p in c["ports"]}
     env = {e["name"]: e.get("value") for e in _container("exporter")["env"]}
-    assert head_ports[port["targetPort"]] == port["port"] == int(env["PADDLERAY_EXPORTER_SERVING_GRPC_PORT"])
-    assert port["appProtocol"] == "grpc"
+    for protocol, setting in (("grpc", "GRPC_PORT"), ("http", "HTTP_PORT")):
+        port = ports[protocol]
+        assert head_ports[port["targetPort"]] == port["port"] == int(env[f"PADDLERAY_EXPORTER_SERVING_{setting}"])
+    name = _by_kind("Service")["paddleray-inference"]["metadata"]["name"]
+    assert env["PADDLERAY_EXPORTER_INFERENCE_ENDPOINT"] == f"{name}:{ports['grpc']['port']}"
+    assert env["PADDLERAY_EXPORTER_INFERENCE_HTTP_ENDPOINT"] == f"http://{name}:{ports['http']['port']}"
+    assert env["PADDLERAY_EXPORTER_SERVING_PROBE_HOST"] == name
+    # HAProxy binds its pod's interfaces: the Service reaches it there.
+    assert env["PADDLERAY_EXPORTER_SERVING_HTTP_HOST"] == "0.0.0.0"
 
 
 @pytest.mark.parametrize("service", sorted(SETTINGS))
@@ -209,8 +219,13 @@ def test_the_exporter_reads_jobs_from_the_scheduler_service_with_the_schedulers_
     )
 
 
-def test_deployments_report_the_inference_service_as_their_endpoint():
-    exporter = {e["name"]: e.get("value") for e in _container("exporter")["env"]}
-    host, port = exporter["PADDLERAY_EXPORTER_INFERENCE_ENDPOINT"].split(":")
-    [service_port] = _by_kind("Service")[host]["spec"]["ports"]
-    assert int(port) == service_port["port"] == int(exporter["PADDLERAY_EXPORTER_SERVING_GRPC_PORT"])
+def test_both_stores_get_the_password_the_redis_requires_from_one_secret():
+    [redis] = _by_kind("StatefulSet")["paddleray-redis"]["spec"]["template"]["spec"]["containers"]
+    args, env = redis["args"], {e["name"]: e for e in redis["env"]}
+    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"  # expanded by Kubernetes from env
+    secret = _secret_of(env["REDIS_PASSWORD"])
+    assert _secret_of(env["REDISCLI_AUTH"]) == secret  # the readiness probe's redis-cli
+    for service in ("scheduler", "exporter"):
+        service_env = {e["name"]: e for e in _container(service)["env"]}
+        assert service_env[f"PADDLERAY_{service.upper()}_REDIS_URL"]["value"].startswith("redis://paddleray-redis:")
+        assert _secret_of(service_env[f"PADDLERAY_{service.upper()}_REDIS_PASSWORD"]) == secret

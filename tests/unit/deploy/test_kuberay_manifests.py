@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from functools import cache
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -132,6 +133,18 @@ def test_every_ray_pod_uses_token_auth_from_one_secret():
                 assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "paddleray-ray-auth"
 
 
+def test_every_ray_container_and_service_reads_the_object_store_secret():
+    """On an s3:// storage root every node opens the store itself (ranks upload, Serve replicas
+    download), and nothing hands credentials on through a runtime env (docs/storage.md)."""
+    [cluster] = load_all(DEPLOY / "kuberay" / "raycluster.yaml")
+    groups = [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]
+    containers = [c for group in groups for c in _containers(group)]
+    assert {"trainer", "exporter"} <= {c["name"] for c in containers}
+    for container in containers:
+        refs = [e["secretRef"] for e in container.get("envFrom", []) if "secretRef" in e]
+        assert {"name": "paddleray-object-store", "optional": True} in refs, container["name"]
+
+
 def test_rayjob_smoke_test_asks_for_a_gpu_on_gpu_workers():
     job = _doc("rayjob.yaml")["spec"]
     assert job["entrypointNumGpus"] >= 1
@@ -215,3 +228,25 @@ def test_every_ray_container_has_the_serving_node_env():
         for container in _containers(group):
             env = {e["name"]: e.get("value") for e in container["env"]}
             assert {k: env.get(k) for k in SERVE_NODE_ENV} == SERVE_NODE_ENV, container["name"]
+
+
+def test_every_ray_container_starts_haproxy_with_the_unavailable_error_page():
+    """Serve's HAProxy through paddleray-haproxy where the image installs it (issue 21.12)."""
+    from paddleray.services.exporter.serving.node_env import IMAGE_HAPROXY_BINARY, haproxy_binary_env
+
+    expected = haproxy_binary_env(Path(IMAGE_HAPROXY_BINARY).parent)
+    [cluster] = load_all(DEPLOY / "kuberay" / "raycluster.yaml")
+    for group in [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]:
+        for container in _containers(group):
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert {k: env.get(k) for k in expected} == expected, container["name"]
+
+
+def test_the_drivers_pod_starts_its_containers_again_when_they_exit():
+    """The exporter exits (code 75) when its Ray cluster is lost, to reconnect in a fresh
+    process; the pod restarts it (Always, also Kubernetes' default), alive by its port (issue 21.3)."""
+    cluster = next(d for d in load_all(DEPLOY / "kuberay" / "raycluster.yaml") if d["kind"] == "RayCluster")
+    drivers = next(g for g in cluster["spec"]["workerGroupSpecs"] if g["groupName"] == "drivers")["template"]["spec"]
+    assert drivers.get("restartPolicy", "Always") == "Always"
+    exporter = next(c for c in drivers["containers"] if c["name"] == "exporter")
+    assert exporter["livenessProbe"]["tcpSocket"]["port"] == exporter["startupProbe"]["tcpSocket"]["port"] == 50053

@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from paddleray.services.exporter.deployment_store import DeploymentStore
-from paddleray.services.exporter.store import RegistryStore
+from paddleray.services.exporter.deploy.deployments import DeploymentManager
+from paddleray.services.exporter.deploy.reconciler import Reconciler
+from paddleray.services.exporter.store.deployment_store import DeploymentStore
+from paddleray.services.exporter.store.registry_store import RegistryStore
+from support.serve_fakes import Cluster, Controller
 from support.serving import export_model
 
 
@@ -26,6 +29,28 @@ def store(raw_redis) -> RegistryStore:
 @pytest.fixture
 def deployment_store(raw_redis) -> DeploymentStore:
     return DeploymentStore(raw_redis)
+
+@pytest.fixture
+def controller() -> Controller:
+    return Controller()
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    return Cluster()
+
+
+@pytest.fixture
+def reconciler(deployment_store, store, controller, cluster, tmp_path) -> Reconciler:
+    """A reconciler over the in-test Serve (support/serve_fakes.py)."""
+    return Reconciler(deployment_store, store, controller, cluster, tmp_path)
+
+
+@pytest.fixture
+def manager(deployment_store, store, reconciler) -> DeploymentManager:
+    """A DeploymentManager that wakes `reconciler` and shows its live state (test_deployments.py
+    has one without a reconciler)."""
+    return DeploymentManager(deployment_store, store, "127.0.0.1:9000", reconciler.wake, reconciler.live)
 
 
 @pytest.fixture(scope="session")

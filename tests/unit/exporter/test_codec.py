@@ -5,8 +5,8 @@ import pytest
 
 from paddleray.inference.v2 import grpc_service_pb2 as pb
 from paddleray.services.common.errors import InvalidArgument
-from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.serving.artifact import Signature, TensorSpec
+from paddleray.services.exporter.serving.replica import codec
 
 SIG = Signature(
     inputs=(TensorSpec("x", "FP32", (-1, 4)), TensorSpec("n", "INT64", (-1, 1))),

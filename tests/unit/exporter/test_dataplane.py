@@ -11,10 +11,10 @@ import pytest
 
 from paddleray.inference.v2 import grpc_service_pb2 as pb
 from paddleray.services.common.errors import DomainError, InvalidArgument, NotFound
-from paddleray.services.exporter.serving import codec
 from paddleray.services.exporter.serving.artifact import load_artifact
-from paddleray.services.exporter.serving.dataplane import DataPlane, RoutedModel, RoutedVersion
-from paddleray.services.exporter.serving.predictor import load_predictor
+from paddleray.services.exporter.serving.replica import codec
+from paddleray.services.exporter.serving.replica.dataplane import DataPlane, RoutedModel, RoutedVersion
+from paddleray.services.exporter.serving.replica.predictor import load_predictor
 from paddleray.services.exporter.serving.spec import PredictorOptions
 from support.serving import dynamic_forward
 
@@ -118,6 +118,24 @@ async def test_a_raising_predictor_is_a_short_internal_error_and_a_hang_a_deadli
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+async def test_a_runner_that_cannot_suspend_runs_in_the_callers_task(mlp_artifact):
+    """No Task and timer per request for an unbatched predictor call (wait_for could not interrupt
+    it anyway); a runner that can suspend (a batch queue) still runs under the deadline."""
+    tasks = []
+
+    async def run(inputs):
+        tasks.append(asyncio.current_task())
+        return {"fetch_name_0": np.zeros((1, 10), np.float32)}
+
+    artifact = load_artifact(mlp_artifact[0])
+    plane = DataPlane(timeout_s=5.0)
+    request = codec.encode_request("m", {"x": np.zeros((1, 64), np.float32)})
+    for suspends in (False, True):
+        plane.swap({"m": RoutedModel("m", {"1": RoutedVersion("1", 1, artifact.signature, "p", run, suspends=suspends)})})
+        await plane.model_infer(request)
+    assert tasks[0] is asyncio.current_task() and tasks[1] is not asyncio.current_task()
+
+
 async def test_stream_answers_each_request_in_order_errors_inline(plane):
     x = np.zeros((1, 64), np.float32)
     requests = [codec.encode_request("mlp", {"x": x}, version="1", request_id=str(i)) for i in range(5)]
@@ -146,3 +164,18 @@ async def test_every_inference_is_observed_with_its_code(mlp_artifact):
 
     _ = [a async for a in plane.model_stream_infer(stream())]
     assert seen == [("mlp", "1", "OK"), ("mlp", "1", "INVALID_ARGUMENT"), ("", "", "NOT_FOUND"), ("mlp", "1", "OK")]
+
+
+def test_a_known_model_not_served_here_is_unavailable_and_not_ready_an_unknown_one_not_found():
+    """The server app's plane: the installation's names are known; a call for one reaches it
+    only while the model's own app does not answer (a redeploy after a head restart)."""
+    from paddleray.services.common.errors import Unavailable
+
+    plane = DataPlane(not_found_hint=": no deployment serves it")
+    plane.swap({})
+    plane.known = frozenset({"mlp"})
+    with pytest.raises(Unavailable, match="'mlp' is not answering yet"):
+        plane.route(pb.ModelInferRequest(model_name="mlp"))
+    assert plane.model_ready(pb.ModelReadyRequest(name="mlp")).ready is False
+    with pytest.raises(NotFound, match="'other' is not served"):
+        plane.route(pb.ModelInferRequest(model_name="other"))

@@ -11,8 +11,10 @@ import pytest
 from paddleray.common.v1 import common_pb2
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.exporter.v1 import model_pb2
-from paddleray.services.exporter.exports import ExportManager
-from paddleray.services.exporter.sources import SchedulerJobs
+from paddleray.services.common.identity import LOCAL
+from paddleray.services.exporter.export.exports import ExportManager
+from paddleray.services.exporter.export.sources import SchedulerJobs
+from paddleray.services.exporter.settings import SchedulerPeer
 from support.exporter import BUILDERS, linear_checkpoint
 
 pytestmark = pytest.mark.unit
@@ -35,9 +37,9 @@ class StuckRunner:
 
 async def test_exports_in_flight_end_failed_worker_lost_when_the_cluster_is_lost(store, tmp_path):
     runner = StuckRunner()
-    manager = ExportManager(store, SchedulerJobs(""), runner, tmp_path, [BUILDERS], "owner-1")
+    manager = ExportManager(store, SchedulerJobs(SchedulerPeer(address="")), runner, tmp_path, [BUILDERS], "owner-1")
     checkpoint = linear_checkpoint(tmp_path)
-    version = await manager.export(es.ExportModelRequest(parent="models/linear", checkpoint_uri=checkpoint,
+    version = await manager.export(LOCAL, es.ExportModelRequest(parent="models/linear", checkpoint_uri=checkpoint,
                                                          model_builder=f"{BUILDERS}:build_linear"))
     await asyncio.wait_for(runner.started.wait(), 10)
 

@@ -6,10 +6,8 @@ import pytest
 
 from paddleray.exporter.v1 import exporter_service_pb2 as es
 from paddleray.services.common import errors
-from paddleray.services.exporter.export_spec import export_spec
-from paddleray.services.trainer.checkpoints import CheckpointStore
-
-ALLOW = ["pkg"]
+from paddleray.services.common.checkpoints import CheckpointStore
+from paddleray.services.exporter.export.export_spec import export_spec
 
 
 def _request(config: dict, storage_root) -> es.ExportModelRequest:
@@ -27,7 +25,7 @@ def _request(config: dict, storage_root) -> es.ExportModelRequest:
 ])
 def test_a_model_config_follows_the_training_config_rules(config, field, tmp_path):
     with pytest.raises(errors.InvalidArgument) as caught:
-        export_spec(_request(config, tmp_path), ALLOW, tmp_path)
+        export_spec(_request(config, tmp_path), tmp_path)
     assert caught.value.field == field
 
 
@@ -38,7 +36,7 @@ def test_a_model_config_nested_too_deep_is_refused(tmp_path):
         node["x"] = {}
         node = node["x"]
     with pytest.raises(errors.InvalidArgument) as caught:
-        export_spec(_request(config, tmp_path), ALLOW, tmp_path)
+        export_spec(_request(config, tmp_path), tmp_path)
     assert caught.value.field.startswith("model_config.x") and "nested" in str(caught.value)
 
 
@@ -47,5 +45,26 @@ def test_a_checkpoint_uri_with_a_nul_character_is_invalid_naming_the_field(tmp_p
     # Found by tests/reliability: Path.resolve() raised ValueError ("embedded null byte"), answered INTERNAL.
     request = es.ExportModelRequest(parent="models/m", checkpoint_uri=uri, model_builder="pkg.model:build")
     with pytest.raises(errors.InvalidArgument) as caught:
-        export_spec(request, ALLOW, tmp_path)
+        export_spec(request, tmp_path)
     assert caught.value.field == "checkpoint_uri" and "NUL" in str(caught.value)
+
+
+@pytest.mark.parametrize(("sizes", "field"), [
+    ([16, 0], "validation.dynamic_sizes[1]"),
+    ([-3], "validation.dynamic_sizes[0]"),
+    ([4097], "validation.dynamic_sizes[0]"),
+    (list(range(1, 18)), "validation.dynamic_sizes"),
+])
+def test_dynamic_sizes_out_of_range_are_invalid_naming_the_entry(sizes, field, tmp_path):
+    request = _request({}, tmp_path)
+    request.validation.dynamic_sizes.extend(sizes)
+    with pytest.raises(errors.InvalidArgument) as caught:
+        export_spec(request, tmp_path)
+    assert caught.value.field == field
+
+
+def test_dynamic_sizes_reach_the_validation_options(tmp_path):
+    request = _request({}, tmp_path)
+    request.validation.dynamic_sizes.extend([24, 200])
+    assert export_spec(request, tmp_path).validation.dynamic_sizes == (24, 200)
+    assert export_spec(_request({}, tmp_path), tmp_path).validation.dynamic_sizes == ()

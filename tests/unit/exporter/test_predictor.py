@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from paddleray.services.exporter.serving.artifact import load_artifact
-from paddleray.services.exporter.serving.predictor import PaddlePredictor, load_predictor
+from paddleray.services.exporter.serving.replica.predictor import PaddlePredictor, load_predictor
 from paddleray.services.exporter.serving.spec import PredictorOptions
 from support.serving import dynamic_forward
 
@@ -57,6 +57,39 @@ def test_threads_get_their_own_predictor_and_right_answers(mlp_artifact):
     for t in threads:
         t.join()
     assert wrong == []
+
+
+def test_a_new_thread_per_call_makes_no_predictor(mlp_artifact):
+    """Ray Serve runs synchronous methods on a new thread per call (anyio.to_thread under a loop
+    with no root task): a per-thread clone was made for every request (48 ms of CPU each on a
+    wide model). Predictors grow with concurrent calls, never with threads or requests."""
+    predictor = PaddlePredictor(load_artifact(mlp_artifact[0]), PredictorOptions())
+    x = np.ones((1, 64), np.float32)
+    for _ in range(20):
+        thread = threading.Thread(target=predictor.predict, args=({"x": x},))
+        thread.start()
+        thread.join()
+    assert predictor.predictors == 1
+
+    barrier = threading.Barrier(4)
+
+    def together() -> None:
+        barrier.wait()
+        for _ in range(30):
+            predictor.predict({"x": x})
+
+    threads = [threading.Thread(target=together) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    made = predictor.predictors
+    assert 1 <= made <= 4
+    for _ in range(20):  # the pool is reused by later threads
+        thread = threading.Thread(target=predictor.predict, args=({"x": x},))
+        thread.start()
+        thread.join()
+    assert predictor.predictors == made
 
 
 def test_unknown_backend(mlp_artifact):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from paddleray.exporter.v1 import model_pb2
-from paddleray.services.exporter import keys
+from paddleray.services.exporter.store import keys
 from support.exporter import new_model, new_version
 
 pytestmark = pytest.mark.unit
@@ -31,12 +31,17 @@ async def test_versions_are_numbered_per_model_and_the_model_is_created_once(sto
 
 
 async def test_request_id_returns_the_first_version(store, raw_redis):
-    created, first = await store.create_version(new_model("digits"), new_version(), "owner-a", "req-1")
-    again, same = await store.create_version(new_model("digits"), new_version("x.y:z"), "owner-b", "req-1")
-    assert created and not again and same.version == first.version
+    created, first = await store.create_version(new_model("digits"), new_version(), "owner-a", "req-1",
+                                                 fingerprint="f1")
+    # The store returns the first version with its request's fingerprint; exports.py judges.
+    again, same = await store.create_version(new_model("digits"), new_version("x.y:z"), "owner-b", "req-1",
+                                             fingerprint="f2")
+    assert created and not again and same.version == first.version and same.request_fp == "f1"
     assert (await store.get_model("digits")).model.latest_version == 1
     assert 0 < await raw_redis.ttl(keys.export_request("req-1")) <= 24 * 3600
     assert (await store.version_of_request("req-1")).number == 1
+    _, unkeyed = await store.create_version(new_model("digits"), new_version(), "owner-a", "", fingerprint="f3")
+    assert unkeyed.request_fp == ""  # kept only with a request_id
 
 
 async def test_update_is_compare_and_set_and_a_terminal_state_ends_the_active_export(store, raw_redis):

@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 from paddleray.services.common.errors import InvalidArgument
-from paddleray.services.exporter.serving import serve_config as sc
-from paddleray.services.exporter.serving.artifact import load_artifact
-from paddleray.services.exporter.serving.batching import merge, rows, split
-from paddleray.services.exporter.serving.controller import _routable
-from paddleray.services.exporter.serving.gpu import replica_gpu_env
+from paddleray.services.exporter.serving.control import serve_config as sc
+from paddleray.services.exporter.serving.replica.batching import merge, rows, split
+from paddleray.services.exporter.serving.replica.gpu import replica_gpu_env
 from paddleray.services.exporter.serving.spec import (
+    MODEL_DEPLOYMENT,
     Autoscaling,
     Batching,
     PredictorOptions,
@@ -38,13 +37,12 @@ def _v(**kw) -> ServedVersion:
         ([ServedModel("m", [_v(weight=0)])], "models[0].versions"),
         ([ServedModel("m", [_v(weight=-1)])], "models[0].versions[0].weight"),
         ([ServedModel("m", [_v(backend="tf")])], "models[0].versions[0].backend"),
-        ([ServedModel("m", [_v(batching=Batching(0))])], "models[0].versions[0].batching.max_batch_size"),
-        ([ServedModel("m", [_v(autoscaling=Autoscaling(3, 2))])], "models[0].versions[0].autoscaling"),
-        ([ServedModel("m", [_v(num_gpus=1.5)])], "models[0].versions[0].num_gpus"),
-        ([ServedModel("m", [_v(predictor=PredictorOptions(use_gpu=True))])], "models[0].versions[0].num_gpus"),
-        ([ServedModel("m", [_v(predictor=PredictorOptions(enable_tensorrt=True))])], "models[0].versions[0].predictor.enable_tensorrt"),
-        ([ServedModel("m", [_v()], direct_port=70000)], "models[0].direct_port"),
-        ([ServedModel("m", [_v()], direct_port=9100), ServedModel("n", [_v()], direct_port=9100)], "models[1].direct_port"),
+        ([ServedModel("m", [_v()], batching=Batching(0))], "models[0].batching.max_batch_size"),
+        ([ServedModel("m", [_v()], autoscaling=Autoscaling(3, 2))], "models[0].autoscaling"),
+        ([ServedModel("m", [_v()], num_gpus=1.5)], "models[0].num_gpus"),
+        ([ServedModel("m", [_v()], predictor=PredictorOptions(use_gpu=True))], "models[0].num_gpus"),
+        ([ServedModel("m", [_v()], predictor=PredictorOptions(enable_tensorrt=True))], "models[0].predictor.enable_tensorrt"),
+        ([ServedModel("m", [_v()], max_ongoing_requests=0)], "models[0].max_ongoing_requests"),
     ],
 )
 def test_bad_specs_name_the_field(models, field):
@@ -53,72 +51,47 @@ def test_bad_specs_name_the_field(models, field):
     assert info.value.field == field
 
 
-def test_app_names_change_with_what_needs_new_replicas_only(mlp_artifact):
-    artifact = load_artifact(mlp_artifact[0])
-    model = ServedModel("m", [_v()])
-    base = sc.model_app(model, _v(), artifact)
-    assert base["route_prefix"] is None and base["deployments"][0]["name"] == sc.MODEL_DEPLOYMENT
-    # Traffic, replicas and batching are changed in place: same app.
-    for change in ({"weight": 0.3}, {"num_replicas": 3}, {"batching": Batching(16, 0.01)}):
-        assert sc.model_app(model, _v(**change), artifact)["name"] == base["name"]
-    # Predictor, backend or resources need new replicas: a new app beside the old one.
-    for change in ({"predictor": PredictorOptions(enable_mkldnn=True)}, {"num_cpus": 2.0}, {"num_gpus": 0.5}):
-        assert sc.model_app(model, _v(**change), artifact)["name"] != base["name"]
-    scaled = sc.model_app(model, _v(autoscaling=Autoscaling(1, 4, 8), batching=Batching(128)), artifact)["deployments"][0]
+def test_one_app_per_model_named_by_it_and_routed_by_its_prefix():
+    model = ServedModel("m", [_v(), _v(version="2", weight=0.0, backend="onnx")], num_cpus=0.5)
+    app = sc.model_app(model, 3, 30.0)
+    assert app["name"] == "m" and app["route_prefix"] == "/v2/models/m"
+    [deployment] = app["deployments"]
+    assert deployment["name"] == MODEL_DEPLOYMENT and deployment["num_replicas"] == 1
+    assert deployment["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": 0.0}
+    assert deployment["user_config"]["generation"] == 3
+    assert deployment["user_config"]["versions"] == {
+        "1": {"artifact_dir": "/a", "backend": "paddle", "weight": 1.0},
+        "2": {"artifact_dir": "/a", "backend": "onnx", "weight": 0.0}}
+    scaled = sc.model_app(ServedModel("m", [_v()], autoscaling=Autoscaling(1, 4, 8), num_gpus=0.25, memory=2**30),
+                          0, 30.0)["deployments"][0]
     assert scaled["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in scaled
-    assert scaled["max_ongoing_requests"] == 64
-    assert scaled["ray_actor_options"] == {"num_cpus": 1.0, "num_gpus": 0.0}
-    assert sc.model_app(model, _v(num_gpus=0.25, memory=2**30), artifact)["deployments"][0]["ray_actor_options"] == {
-        "num_cpus": 1.0, "num_gpus": 0.25, "memory": 2**30,
-    }
+    assert scaled["ray_actor_options"] == {"num_cpus": 1.0, "num_gpus": 0.25, "memory": 2**30}
+    assert scaled["max_ongoing_requests"] == 256
 
 
-def test_a_direct_endpoint_is_in_the_app_and_its_routing_table_in_user_config(mlp_artifact):
+def test_what_a_rollout_changes_is_user_config_only():
+    """Traffic, versions, predictor options and batching reconfigure replicas in place (user_config);
+    only resources and the GPU setup (args, actor options) start new replicas."""
+    base = sc.model_app(ServedModel("m", [_v()]), 0, 30.0)
+    for change in ({"versions": [_v(weight=0.3), _v(version="2")]}, {"batching": Batching(16, 0.01)},
+                   {"predictor": PredictorOptions(enable_mkldnn=True)}, {"num_replicas": 3}):
+        changed = sc.model_app(ServedModel("m", **{"versions": [_v()], **change}), 0, 30.0)
+        assert changed["args"] == base["args"]
+        assert changed["deployments"][0]["ray_actor_options"] == base["deployments"][0]["ray_actor_options"]
+    assert sc.model_app(ServedModel("m", [_v()], num_gpus=0.5), 0, 30.0)["args"] != base["args"]
+
+
+def test_the_deploy_config_is_a_valid_serve_schema():
     from ray.serve.schema import ServeDeploySchema
 
-    artifact = load_artifact(mlp_artifact[0])
-    plain = sc.model_app(ServedModel("m", [_v()]), _v(), artifact)
-    direct = sc.model_app(ServedModel("m", [_v()], direct_port=9100), _v(), artifact, direct_host="10.0.0.5")
-    # Where the endpoint listens needs new replicas (a new app); its routing table does not.
-    assert direct["name"] != plain["name"]
-    assert (direct["args"]["direct_host"], direct["args"]["direct_port"]) == ("10.0.0.5", 9100)
-    table = {"m": {"1": sc.route_entry(_v(), artifact, direct["name"])}, "other": {"1": {}}}
-    configured = sc.with_model_table(direct, table, 7, 30.0, drain_unrouted=True)
-    assert configured["name"] == direct["name"]
-    assert configured["deployments"][0]["user_config"] == {
-        "generation": 7, "timeout_s": 30.0, "versions": table["m"], "drain_unrouted": True}
-    assert sc.with_model_table(plain, table, 7, 30.0) == plain  # no endpoint: no table, no reconfigure
-    ServeDeploySchema.model_validate(sc.deploy_config([configured]))
-
-
-def test_the_deploy_config_is_a_valid_serve_schema(mlp_artifact):
-    from ray.serve.schema import ServeDeploySchema
-
-    artifact = load_artifact(mlp_artifact[0])
-    app = sc.model_app(ServedModel("m", [_v()]), _v(), artifact)
-    table = {"m": {"1": sc.route_entry(_v(), artifact, app["name"])}}
-    schema = ServeDeploySchema.model_validate(sc.deploy_config([app, sc.ingress_app(table, 4, 1, 256, 30.0)]))
-    assert {a.name for a in schema.applications} == {app["name"], sc.INGRESS_APP}
-    ingress = next(a for a in schema.applications if a.name == sc.INGRESS_APP)
-    assert sc.ingress_table(ingress.model_dump(exclude_unset=True)) == (table, 4)
-
-
-def _entry(app: str, weight: float = 1.0) -> dict:
-    return {"app": app, "weight": weight, "platform": "p", "signature": {}}
-
-
-def test_routing_keeps_what_served_when_a_new_app_failed():
-    current = {"m": {"1": _entry("old1")}}
-    desired = {"m": {"1": _entry("new1", 0.5), "2": _entry("new2", 0.5)}}
-    table, failures = _routable(desired, {"new1": "failed to start: boom", "new2": ""}, current, {"old1"})
-    assert table["m"]["1"]["app"] == "old1" and table["m"]["1"]["weight"] == 0.5 and table["m"]["2"]["app"] == "new2"
-    assert failures == {("m", "1"): "failed to start: boom"}
-    # A model whose only new version failed keeps its whole previous table.
-    table, _ = _routable({"m": {"2": _entry("new2")}}, {"new2": "not ready"}, current, {"old1"})
-    assert table == current
-    # A new model that failed is not routed at all.
-    table, failures = _routable({"n": {"1": _entry("x")}}, {"x": "failed"}, {}, set())
-    assert table == {} and failures == {("n", "1"): "failed"}
+    apps = [sc.server_app(), sc.model_app(ServedModel("m", [_v()]), 1, 30.0)]
+    schema = ServeDeploySchema.model_validate(sc.deploy_config(apps))
+    assert {a.name: a.route_prefix for a in schema.applications} == {sc.SERVER_APP: "/v2", "m": "/v2/models/m"}
+    deployed = next(a for a in schema.applications if a.name == "m").model_dump(exclude_unset=True)
+    assert sc.deployed_table(deployed)["generation"] == 1
+    # The server app's name can never be a model's (serving names start with a letter or digit).
+    with pytest.raises(InvalidArgument):
+        validate_models([ServedModel(sc.SERVER_APP, [_v()])])
 
 
 def test_batches_stack_and_split_by_rows():

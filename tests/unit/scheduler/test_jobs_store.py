@@ -10,9 +10,9 @@ import pytest
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors
+from paddleray.services.common.resources import Amounts
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.jobs import IllegalTransition
-from paddleray.services.scheduler.resources import Amounts
 from paddleray.services.scheduler.store import Claim
 from support.scheduler import make_job
 
@@ -46,10 +46,38 @@ async def test_update_refuses_to_change_the_state_which_only_transition_and_clai
 
 async def test_request_id_makes_create_idempotent(manager, raw_redis):
     first = await manager.create(make_job(), request_id="req-1")
-    again = await manager.create(make_job(priority=5), request_id="req-1")
+    again = await manager.create(make_job(), request_id="req-1")
     assert again == first
     assert await raw_redis.zcard(keys.by_time()) == 1
     assert 0 < await raw_redis.ttl(keys.request("req-1")) <= 24 * 3600
+    assert len(await raw_redis.hget(keys.job(first.name[5:]), "request_fp")) == 64
+
+
+async def test_a_request_id_reused_with_a_different_request_is_already_exists(manager, raw_redis):
+    first = await manager.create(make_job(), request_id="req-1")
+    for different in ({"job": make_job(priority=5)}, {"job": make_job(config={"lr": 0.1})},
+                      {"job": make_job(tenant="team-b")}, {"job": make_job(), "job_id": "named"}):
+        with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
+            await manager.create(**different, request_id="req-1")
+    assert await raw_redis.zcard(keys.by_time()) == 1
+    # A job stored before requests had fingerprints is returned to any repeat of its request_id.
+    await raw_redis.hdel(keys.job(first.name[5:]), "request_fp")
+    assert await manager.create(make_job(priority=5), request_id="req-1") == first
+
+
+async def test_the_fingerprint_is_the_request_before_its_references_are_resolved(manager):
+    resolved = iter(range(100))
+
+    async def resolve(spec, field):  # as init_from's job may checkpoint again between two tries
+        copy = common_pb2.TrainingSpec()
+        copy.CopyFrom(spec)
+        copy.init_from.resolved_uri = f"/ckpt/{next(resolved)}"
+        return copy
+
+    manager.prepare_spec = resolve
+    first = await manager.create(make_job(), request_id="req-1")
+    assert await manager.create(make_job(), request_id="req-1") == first
+    assert first.spec.init_from.resolved_uri == "/ckpt/0"
 
 
 async def test_concurrent_creates_with_one_request_id_yield_one_job(manager, raw_redis):

@@ -6,7 +6,9 @@ import pytest
 from google.protobuf import duration_pb2
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common import training_spec
 from paddleray.services.common.errors import InvalidArgument
+from paddleray.services.common.resources import job_demand
 from paddleray.services.scheduler.validation import validate_create, validate_job
 from support.scheduler import make_job
 
@@ -46,7 +48,10 @@ CASES = [
     ("malformed image", _set("spec.runtime_env.image", "Not An Image!"), f"{SPEC}.runtime_env.image", "image"),
     ("bad env var name", lambda j: j.spec.runtime_env.env_vars.update({"1BAD": "x"}),
      f"{SPEC}.runtime_env.env_vars['1BAD']", "names"),
-    ("negative workers", _set("spec.num_workers", -2), f"{SPEC}.num_workers", "0.."),
+    ("negative workers", _set("spec.num_workers", -2), f"{SPEC}.num_workers", "1.."),
+    # Explicit presence: an explicit 0 is refused, not read as "unset, so 1".
+    ("zero workers", _set("spec.num_workers", 0), f"{SPEC}.num_workers", "1..1024 (leave it unset for 1)"),
+    ("zero cpus", _set("spec.resources_per_worker.num_cpus", 0.0), f"{RES}.num_cpus", "> 0 (leave it unset for 1)"),
     ("unknown placement", _set("spec.placement_strategy", 42), f"{SPEC}.placement_strategy", "unknown"),
     ("negative keep_last", _set("spec.checkpoint_policy.keep_last", -1), f"{SPEC}.checkpoint_policy.keep_last", ">= 0"),
     ("duplicate dataset", lambda j: j.spec.datasets.extend([common_pb2.Dataset(name="d", uri="a"),
@@ -84,6 +89,15 @@ def test_each_rule_names_its_field(change, field, rule):
         validate_create(job, "", "")
     assert error.value.field == field
     assert rule in error.value.rule
+
+
+def test_unset_workers_and_cpus_are_one_each():
+    job = make_job()
+    job.spec.ClearField("num_workers")
+    job.spec.resources_per_worker.ClearField("num_cpus")
+    validate_create(job, "", "")
+    assert training_spec.cpus(job.spec.resources_per_worker) == 1.0
+    assert job_demand(job.spec).cpu_m == 1000  # admitted as the trainer reserves it, not as 0 CPUs
 
 
 def test_fractional_gpus_with_several_workers_are_rejected():

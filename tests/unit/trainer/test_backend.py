@@ -8,14 +8,12 @@ import grpc
 import pytest
 
 from paddleray.services.common import errors
+from paddleray.services.common.gpu_env import gpu_memory_limit_mb, gpu_process_env, probe_gpu_memory_mb
 from paddleray.services.trainer.backend import (
     MATH_THREAD_VARS,
     PaddleBackendConfig,
     collective_env,
-    gpu_memory_limit_mb,
-    gpu_process_env,
     math_thread_env,
-    probe_gpu_memory_mb,
     validate_gpu_request,
 )
 from paddleray.services.trainer.spec import EnvSpec, GroupSpec, WorkerResources

@@ -58,6 +58,17 @@ def test_resume_continues_exactly_where_the_checkpoint_left_off(tmp_path, optimi
     assert resumed.reports[-1]["loss"] == pytest.approx(straight.reports[-1]["loss"], rel=1e-5)
 
 
+def test_fail_once_after_epoch_fails_only_an_attempt_that_started_from_no_checkpoint(tmp_path):
+    config = {"epochs": 2, "hidden_sizes": [16], "fail_once_after_epoch": 1}
+    first = StandInContext(tmp_path / "first", config)
+    with pytest.raises(loop.InjectedFailure, match=r"after epoch 1 \(config.fail_once_after_epoch\)"):
+        digits_mlp.train(config, first)
+    assert [r["epoch"] for r in first.reports] == [1.0] and len(first.checkpoints) == 1
+    retry = StandInContext(tmp_path / "retry", config, latest_checkpoint=first.checkpoints[-1])
+    digits_mlp.train(config, retry)
+    assert [r["epoch"] for r in retry.reports] == [2.0]
+
+
 def test_resume_of_a_finished_run_trains_nothing(tmp_path):
     config = {"epochs": 1, "batch_size": 64}
     done = StandInContext(tmp_path / "done", config)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common.checkpoints import CheckpointInfo, RetentionPolicy
 from paddleray.services.trainer import runs
-from paddleray.services.trainer.checkpoints import CheckpointInfo, RetentionPolicy
 from paddleray.services.trainer.context import Report
 from paddleray.services.trainer.executor import RunExecutor
 from paddleray.services.trainer.pool import WorkerPool

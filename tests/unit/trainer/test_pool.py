@@ -82,3 +82,17 @@ async def test_a_warm_group_is_killed_when_acquire_is_cancelled_while_checking_i
     with pytest.raises(asyncio.CancelledError):
         await acquire
     assert not warm.alive and pool.idle_count() == 0, "a group taken from the pool is freed, not lost"
+
+
+def test_idle_reservations_by_node_follow_their_workers():
+    from paddleray.services.trainer.records import WorkerInfo
+
+    pool = WorkerPool()
+    spread = _group(PAIR)
+    spread.workers = [WorkerInfo(node_id="a"), WorkerInfo(node_id="b")]
+    single = _group(SINGLE)
+    single.workers = [WorkerInfo(node_id="a")]
+    pool.release(spread, reusable=True)
+    pool.release(single, reusable=True)
+    assert pool.idle_resources_by_node() == {"a": {"CPU": 1.5, "memory": 100.0, "GPU": 0.5},
+                                             "b": {"CPU": 1.0, "memory": 100.0}}

@@ -9,8 +9,8 @@ import pytest
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors
+from paddleray.services.common.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
 from paddleray.services.trainer import runs
-from paddleray.services.trainer.checkpoints import CheckpointInfo, CheckpointStore, RetentionPolicy
 from paddleray.services.trainer.records import (
     MAX_TRACEBACK_CHARS,
     Failure,

@@ -6,8 +6,9 @@ import pytest
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors, names
-from paddleray.services.trainer.checkpoints import CheckpointStore
+from paddleray.services.common.checkpoints import CheckpointStore
 from paddleray.services.trainer.spec import check_entrypoint, run_spec
+from support.manifests import write_exported
 
 pytestmark = pytest.mark.unit
 
@@ -98,8 +99,7 @@ def test_init_from_becomes_the_init_checkpoint(tmp_path):
     source.mkdir()
     checkpoint = str(CheckpointStore(tmp_path / "ckpt").commit(source, step=3, epoch=3, metrics={}).path)
     version = tmp_path / "models" / "digits" / "versions" / "2"
-    version.mkdir(parents=True)
-    (version / "manifest.json").write_text("{}")
+    write_exported(version, "digits", 2)
 
     def init(**fields):
         return run_spec(_spec(init_from=common_pb2.InitFrom(**fields)), ALLOW, storage_root=tmp_path).init_from

@@ -36,6 +36,18 @@ async def test_concurrent_retries_of_one_request_make_one_run(trainer, tmp_path)
     assert [r.run_id for r in trainer.registry.all()] == [first.run_id]
 
 
+async def test_a_request_id_reused_by_another_request_is_refused_also_after_a_restart(trainer, tmp_path):
+    spec = common_pb2.TrainingSpec(entrypoint="pkg.mod:main")
+    first = await trainer.start_run(spec, request_id="req-8", fingerprint="f1")
+    assert (await trainer.start_run(spec, request_id="req-8", fingerprint="f1")).run_id == first.run_id
+    with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
+        await trainer.start_run(spec, request_id="req-8", fingerprint="f2")
+    # run.json keeps the fingerprint: a restarted trainer judges a repeat the same way.
+    restarted = Trainer(TrainerSettings(storage_root=tmp_path, entrypoint_allowlist=["pkg"]))
+    restarted.load_runs()
+    assert restarted.registry.by_request_id("req-8").request_fp == "f1"
+
+
 async def test_list_runs_pages_end_early_by_bytes(trainer):
     spec = common_pb2.TrainingSpec(entrypoint="pkg.mod:main")
     spec.config.update({"blob": "x" * 900_000})

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from paddleray.services.common.checkpoints import MANIFEST
 from paddleray.services.trainer import worker
-from paddleray.services.trainer.checkpoints import MANIFEST
 from paddleray.services.trainer.context import ContextSpec, RunPaths
 
 pytestmark = pytest.mark.unit

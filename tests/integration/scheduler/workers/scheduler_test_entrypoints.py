@@ -27,3 +27,9 @@ def until_stopped(config, ctx):
     while not ctx.should_stop():
         ctx.report({"alive": 1.0})
         time.sleep(0.1)
+
+
+def burst(config, ctx):
+    """Reports `count` metrics as fast as it can: the scheduler's follower falls behind and takes them in batches."""
+    for step in range(1, int(config["count"]) + 1):
+        ctx.report({"step": step, "value": step * 0.5})

@@ -105,3 +105,13 @@ def epochs(config, ctx):
         time.sleep(float(config.get("epoch_sleep_s", 0)))
     weights = model.weight.numpy().ravel().tolist() + model.bias.numpy().ravel().tolist()
     Path(config["out_dir"], f"{ctx.run_name.split('/')[-1]}.json").write_text(json.dumps(weights))
+
+
+def imports_paddle(config, ctx):
+    """Whether Paddle was imported before this code ran, then a computation with it."""
+    imported_before = "paddle" in sys.modules
+    import paddle
+
+    total = float(paddle.to_tensor([1.0, 2.0]).sum())
+    ctx.report({"paddle_before_call": float(imported_before), "sum": total,
+                "on_cpu": float(paddle.get_device() == "cpu"), "gpus_visible": float(bool(os.environ.get("CUDA_VISIBLE_DEVICES")))})

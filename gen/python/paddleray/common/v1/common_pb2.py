@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n paddleray/common/v1/common.proto\x12\x13paddleray.common.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x01\n\tResources\x12\x10\n\x08num_cpus\x18\x01 \x01(\x01\x12\x10\n\x08num_gpus\x18\x02 \x01(\x01\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12:\n\x06\x63ustom\x18\x04 \x03(\x0b\x32*.paddleray.common.v1.Resources.CustomEntry\x1a-\n\x0b\x43ustomEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xe1\x01\n\x0bRetryPolicy\x12\x13\n\x0bmax_retries\x18\x01 \x01(\x05\x12\x32\n\x0finitial_backoff\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0bmax_backoff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1a\n\x12\x62\x61\x63koff_multiplier\x18\x04 \x01(\x01\x12=\n\x13non_retryable_kinds\x18\x05 \x03(\x0e\x32 .paddleray.common.v1.FailureKind\"\x9f\x01\n\x10\x43heckpointPolicy\x12\x11\n\tkeep_last\x18\x01 \x01(\x05\x12\x13\n\x0b\x62\x65st_metric\x18\x02 \x01(\t\x12\x32\n\tbest_mode\x18\x03 \x01(\x0e\x32\x1f.paddleray.common.v1.MetricMode\x12\x11\n\tkeep_best\x18\x04 \x01(\x05\x12\x1c\n\x14\x63ommit_in_background\x18\x05 \x01(\x08\"\xa0\x01\n\nRuntimeEnv\x12\r\n\x05image\x18\x01 \x01(\t\x12>\n\x08\x65nv_vars\x18\x02 \x03(\x0b\x32,.paddleray.common.v1.RuntimeEnv.EnvVarsEntry\x12\x13\n\x0bworking_dir\x18\x03 \x01(\t\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"X\n\x07\x44\x61taset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12\x32\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\".paddleray.common.v1.DatasetFormat\"\xbc\x03\n\x0cTrainingSpec\x12\x12\n\nentrypoint\x18\x01 \x01(\t\x12\'\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bnum_workers\x18\x03 \x01(\x05\x12<\n\x14resources_per_worker\x18\x04 \x01(\x0b\x32\x1e.paddleray.common.v1.Resources\x12\x34\n\x0bruntime_env\x18\x05 \x01(\x0b\x32\x1f.paddleray.common.v1.RuntimeEnv\x12\x42\n\x12placement_strategy\x18\x06 \x01(\x0e\x32&.paddleray.common.v1.PlacementStrategy\x12@\n\x11\x63heckpoint_policy\x18\x07 \x01(\x0b\x32%.paddleray.common.v1.CheckpointPolicy\x12.\n\x08\x64\x61tasets\x18\x08 \x03(\x0b\x32\x1c.paddleray.common.v1.Dataset\x12\x30\n\tinit_from\x18\t \x01(\x0b\x32\x1d.paddleray.common.v1.InitFrom\"l\n\x08InitFrom\x12\x18\n\x0e\x63heckpoint_uri\x18\x01 \x01(\tH\x00\x12\r\n\x03job\x18\x02 \x01(\tH\x00\x12\x17\n\rmodel_version\x18\x03 \x01(\tH\x00\x12\x14\n\x0cresolved_uri\x18\x04 \x01(\tB\x08\n\x06source\"\xd6\x01\n\nCheckpoint\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12=\n\x07metrics\x18\x04 \x03(\x0b\x32,.paddleray.common.v1.Checkpoint.MetricsEntry\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x8f\x01\n\rMetricsReport\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12@\n\x07metrics\x18\x02 \x03(\x0b\x32/.paddleray.common.v1.MetricsReport.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x7f\n\x07LogLine\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12.\n\x06stream\x18\x02 \x01(\x0e\x32\x1e.paddleray.common.v1.LogStream\x12\x0c\n\x04text\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"y\n\x07\x46\x61ilure\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .paddleray.common.v1.FailureKind\x12\x11\n\x04rank\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\ttraceback\x18\x04 \x01(\tB\x07\n\x05_rank*S\n\nMetricMode\x12\x1b\n\x17METRIC_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMETRIC_MODE_MIN\x10\x01\x12\x13\n\x0fMETRIC_MODE_MAX\x10\x02*\xbd\x01\n\x11PlacementStrategy\x12\"\n\x1ePLACEMENT_STRATEGY_UNSPECIFIED\x10\x00\x12\x1b\n\x17PLACEMENT_STRATEGY_PACK\x10\x01\x12\x1d\n\x19PLACEMENT_STRATEGY_SPREAD\x10\x02\x12\"\n\x1ePLACEMENT_STRATEGY_STRICT_PACK\x10\x03\x12$\n PLACEMENT_STRATEGY_STRICT_SPREAD\x10\x04*{\n\rDatasetFormat\x12\x1e\n\x1a\x44\x41TASET_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x41TASET_FORMAT_PARQUET\x10\x01\x12\x16\n\x12\x44\x41TASET_FORMAT_CSV\x10\x02\x12\x16\n\x12\x44\x41TASET_FORMAT_NPY\x10\x03*U\n\tLogStream\x12\x1a\n\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n\x11LOG_STREAM_STDERR\x10\x02*\xe0\x01\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x46\x41ILURE_KIND_USER_CODE\x10\x01\x12\x1c\n\x18\x46\x41ILURE_KIND_WORKER_LOST\x10\x02\x12\x1e\n\x1a\x46\x41ILURE_KIND_TRAINER_ERROR\x10\x03\x12\x18\n\x14\x46\x41ILURE_KIND_TIMEOUT\x10\x04\x12\x18\n\x14\x46\x41ILURE_KIND_STOPPED\x10\x05\x12%\n!FAILURE_KIND_PLACEMENT_IMPOSSIBLE\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n paddleray/common/v1/common.proto\x12\x13paddleray.common.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc2\x01\n\tResources\x12\x15\n\x08num_cpus\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x08num_gpus\x18\x02 \x01(\x01\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12:\n\x06\x63ustom\x18\x04 \x03(\x0b\x32*.paddleray.common.v1.Resources.CustomEntry\x1a-\n\x0b\x43ustomEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x0b\n\t_num_cpus\"\xe1\x01\n\x0bRetryPolicy\x12\x13\n\x0bmax_retries\x18\x01 \x01(\x05\x12\x32\n\x0finitial_backoff\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0bmax_backoff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1a\n\x12\x62\x61\x63koff_multiplier\x18\x04 \x01(\x01\x12=\n\x13non_retryable_kinds\x18\x05 \x03(\x0e\x32 .paddleray.common.v1.FailureKind\"\x9f\x01\n\x10\x43heckpointPolicy\x12\x11\n\tkeep_last\x18\x01 \x01(\x05\x12\x13\n\x0b\x62\x65st_metric\x18\x02 \x01(\t\x12\x32\n\tbest_mode\x18\x03 \x01(\x0e\x32\x1f.paddleray.common.v1.MetricMode\x12\x11\n\tkeep_best\x18\x04 \x01(\x05\x12\x1c\n\x14\x63ommit_in_background\x18\x05 \x01(\x08\"\xa0\x01\n\nRuntimeEnv\x12\r\n\x05image\x18\x01 \x01(\t\x12>\n\x08\x65nv_vars\x18\x02 \x03(\x0b\x32,.paddleray.common.v1.RuntimeEnv.EnvVarsEntry\x12\x13\n\x0bworking_dir\x18\x03 \x01(\t\x1a.\n\x0c\x45nvVarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"X\n\x07\x44\x61taset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12\x32\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\".paddleray.common.v1.DatasetFormat\"\xd1\x03\n\x0cTrainingSpec\x12\x12\n\nentrypoint\x18\x01 \x01(\t\x12\'\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x18\n\x0bnum_workers\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12<\n\x14resources_per_worker\x18\x04 \x01(\x0b\x32\x1e.paddleray.common.v1.Resources\x12\x34\n\x0bruntime_env\x18\x05 \x01(\x0b\x32\x1f.paddleray.common.v1.RuntimeEnv\x12\x42\n\x12placement_strategy\x18\x06 \x01(\x0e\x32&.paddleray.common.v1.PlacementStrategy\x12@\n\x11\x63heckpoint_policy\x18\x07 \x01(\x0b\x32%.paddleray.common.v1.CheckpointPolicy\x12.\n\x08\x64\x61tasets\x18\x08 \x03(\x0b\x32\x1c.paddleray.common.v1.Dataset\x12\x30\n\tinit_from\x18\t \x01(\x0b\x32\x1d.paddleray.common.v1.InitFromB\x0e\n\x0c_num_workers\"l\n\x08InitFrom\x12\x18\n\x0e\x63heckpoint_uri\x18\x01 \x01(\tH\x00\x12\r\n\x03job\x18\x02 \x01(\tH\x00\x12\x17\n\rmodel_version\x18\x03 \x01(\tH\x00\x12\x14\n\x0cresolved_uri\x18\x04 \x01(\tB\x08\n\x06source\"\xd6\x01\n\nCheckpoint\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12=\n\x07metrics\x18\x04 \x03(\x0b\x32,.paddleray.common.v1.Checkpoint.MetricsEntry\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x8f\x01\n\rMetricsReport\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12@\n\x07metrics\x18\x02 \x03(\x0b\x32/.paddleray.common.v1.MetricsReport.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x7f\n\x07LogLine\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12.\n\x06stream\x18\x02 \x01(\x0e\x32\x1e.paddleray.common.v1.LogStream\x12\x0c\n\x04text\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8a\x01\n\x07\x46\x61ilure\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .paddleray.common.v1.FailureKind\x12\x11\n\x04rank\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\ttraceback\x18\x04 \x01(\t\x12\x0f\n\x07node_id\x18\x05 \x01(\tB\x07\n\x05_rank*S\n\nMetricMode\x12\x1b\n\x17METRIC_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fMETRIC_MODE_MIN\x10\x01\x12\x13\n\x0fMETRIC_MODE_MAX\x10\x02*\xbd\x01\n\x11PlacementStrategy\x12\"\n\x1ePLACEMENT_STRATEGY_UNSPECIFIED\x10\x00\x12\x1b\n\x17PLACEMENT_STRATEGY_PACK\x10\x01\x12\x1d\n\x19PLACEMENT_STRATEGY_SPREAD\x10\x02\x12\"\n\x1ePLACEMENT_STRATEGY_STRICT_PACK\x10\x03\x12$\n PLACEMENT_STRATEGY_STRICT_SPREAD\x10\x04*{\n\rDatasetFormat\x12\x1e\n\x1a\x44\x41TASET_FORMAT_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x41TASET_FORMAT_PARQUET\x10\x01\x12\x16\n\x12\x44\x41TASET_FORMAT_CSV\x10\x02\x12\x16\n\x12\x44\x41TASET_FORMAT_NPY\x10\x03*U\n\tLogStream\x12\x1a\n\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n\x11LOG_STREAM_STDERR\x10\x02*\xe0\x01\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x46\x41ILURE_KIND_USER_CODE\x10\x01\x12\x1c\n\x18\x46\x41ILURE_KIND_WORKER_LOST\x10\x02\x12\x1e\n\x1a\x46\x41ILURE_KIND_TRAINER_ERROR\x10\x03\x12\x18\n\x14\x46\x41ILURE_KIND_TIMEOUT\x10\x04\x12\x18\n\x14\x46\x41ILURE_KIND_STOPPED\x10\x05\x12%\n!FAILURE_KIND_PLACEMENT_IMPOSSIBLE\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,44 +42,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHECKPOINT_METRICSENTRY']._serialized_options = b'8\001'
   _globals['_METRICSREPORT_METRICSENTRY']._loaded_options = None
   _globals['_METRICSREPORT_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_METRICMODE']._serialized_start=2146
-  _globals['_METRICMODE']._serialized_end=2229
-  _globals['_PLACEMENTSTRATEGY']._serialized_start=2232
-  _globals['_PLACEMENTSTRATEGY']._serialized_end=2421
-  _globals['_DATASETFORMAT']._serialized_start=2423
-  _globals['_DATASETFORMAT']._serialized_end=2546
-  _globals['_LOGSTREAM']._serialized_start=2548
-  _globals['_LOGSTREAM']._serialized_end=2633
-  _globals['_FAILUREKIND']._serialized_start=2636
-  _globals['_FAILUREKIND']._serialized_end=2860
+  _globals['_METRICMODE']._serialized_start=2203
+  _globals['_METRICMODE']._serialized_end=2286
+  _globals['_PLACEMENTSTRATEGY']._serialized_start=2289
+  _globals['_PLACEMENTSTRATEGY']._serialized_end=2478
+  _globals['_DATASETFORMAT']._serialized_start=2480
+  _globals['_DATASETFORMAT']._serialized_end=2603
+  _globals['_LOGSTREAM']._serialized_start=2605
+  _globals['_LOGSTREAM']._serialized_end=2690
+  _globals['_FAILUREKIND']._serialized_start=2693
+  _globals['_FAILUREKIND']._serialized_end=2917
   _globals['_RESOURCES']._serialized_start=153
-  _globals['_RESOURCES']._serialized_end=329
-  _globals['_RESOURCES_CUSTOMENTRY']._serialized_start=284
-  _globals['_RESOURCES_CUSTOMENTRY']._serialized_end=329
-  _globals['_RETRYPOLICY']._serialized_start=332
-  _globals['_RETRYPOLICY']._serialized_end=557
-  _globals['_CHECKPOINTPOLICY']._serialized_start=560
-  _globals['_CHECKPOINTPOLICY']._serialized_end=719
-  _globals['_RUNTIMEENV']._serialized_start=722
-  _globals['_RUNTIMEENV']._serialized_end=882
-  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_start=836
-  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_end=882
-  _globals['_DATASET']._serialized_start=884
-  _globals['_DATASET']._serialized_end=972
-  _globals['_TRAININGSPEC']._serialized_start=975
-  _globals['_TRAININGSPEC']._serialized_end=1419
-  _globals['_INITFROM']._serialized_start=1421
-  _globals['_INITFROM']._serialized_end=1529
-  _globals['_CHECKPOINT']._serialized_start=1532
-  _globals['_CHECKPOINT']._serialized_end=1746
-  _globals['_CHECKPOINT_METRICSENTRY']._serialized_start=1700
-  _globals['_CHECKPOINT_METRICSENTRY']._serialized_end=1746
-  _globals['_METRICSREPORT']._serialized_start=1749
-  _globals['_METRICSREPORT']._serialized_end=1892
-  _globals['_METRICSREPORT_METRICSENTRY']._serialized_start=1700
-  _globals['_METRICSREPORT_METRICSENTRY']._serialized_end=1746
-  _globals['_LOGLINE']._serialized_start=1894
-  _globals['_LOGLINE']._serialized_end=2021
-  _globals['_FAILURE']._serialized_start=2023
-  _globals['_FAILURE']._serialized_end=2144
+  _globals['_RESOURCES']._serialized_end=347
+  _globals['_RESOURCES_CUSTOMENTRY']._serialized_start=289
+  _globals['_RESOURCES_CUSTOMENTRY']._serialized_end=334
+  _globals['_RETRYPOLICY']._serialized_start=350
+  _globals['_RETRYPOLICY']._serialized_end=575
+  _globals['_CHECKPOINTPOLICY']._serialized_start=578
+  _globals['_CHECKPOINTPOLICY']._serialized_end=737
+  _globals['_RUNTIMEENV']._serialized_start=740
+  _globals['_RUNTIMEENV']._serialized_end=900
+  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_start=854
+  _globals['_RUNTIMEENV_ENVVARSENTRY']._serialized_end=900
+  _globals['_DATASET']._serialized_start=902
+  _globals['_DATASET']._serialized_end=990
+  _globals['_TRAININGSPEC']._serialized_start=993
+  _globals['_TRAININGSPEC']._serialized_end=1458
+  _globals['_INITFROM']._serialized_start=1460
+  _globals['_INITFROM']._serialized_end=1568
+  _globals['_CHECKPOINT']._serialized_start=1571
+  _globals['_CHECKPOINT']._serialized_end=1785
+  _globals['_CHECKPOINT_METRICSENTRY']._serialized_start=1739
+  _globals['_CHECKPOINT_METRICSENTRY']._serialized_end=1785
+  _globals['_METRICSREPORT']._serialized_start=1788
+  _globals['_METRICSREPORT']._serialized_end=1931
+  _globals['_METRICSREPORT_METRICSENTRY']._serialized_start=1739
+  _globals['_METRICSREPORT_METRICSENTRY']._serialized_end=1785
+  _globals['_LOGLINE']._serialized_start=1933
+  _globals['_LOGLINE']._serialized_end=2060
+  _globals['_FAILURE']._serialized_start=2063
+  _globals['_FAILURE']._serialized_end=2201
 # @@protoc_insertion_point(module_scope)

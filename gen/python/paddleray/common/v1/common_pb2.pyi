@@ -228,13 +228,15 @@ class LogLine(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., stream: _Optional[_Union[LogStream, str]] = ..., text: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Failure(_message.Message):
-    __slots__ = ("kind", "rank", "message", "traceback")
+    __slots__ = ("kind", "rank", "message", "traceback", "node_id")
     KIND_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
     kind: FailureKind
     rank: int
     message: str
     traceback: str
-    def __init__(self, kind: _Optional[_Union[FailureKind, str]] = ..., rank: _Optional[int] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
+    node_id: str
+    def __init__(self, kind: _Optional[_Union[FailureKind, str]] = ..., rank: _Optional[int] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., node_id: _Optional[str] = ...) -> None: ...

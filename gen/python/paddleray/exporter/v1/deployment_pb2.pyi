@@ -55,23 +55,35 @@ class TrafficTarget(_message.Message):
     def __init__(self, model_version: _Optional[str] = ..., percent: _Optional[int] = ...) -> None: ...
 
 class VersionStatus(_message.Message):
-    __slots__ = ("model_version", "backend", "state", "running_replicas", "target_replicas", "message")
+    __slots__ = ("model_version", "backend", "state", "running_replicas", "target_replicas", "message", "replicas_per_node")
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     RUNNING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_PER_NODE_FIELD_NUMBER: _ClassVar[int]
     model_version: str
     backend: _model_pb2.Backend
     state: DeploymentState
     running_replicas: int
     target_replicas: int
     message: str
-    def __init__(self, model_version: _Optional[str] = ..., backend: _Optional[_Union[_model_pb2.Backend, str]] = ..., state: _Optional[_Union[DeploymentState, str]] = ..., running_replicas: _Optional[int] = ..., target_replicas: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    replicas_per_node: _containers.RepeatedCompositeFieldContainer[NodeReplicas]
+    def __init__(self, model_version: _Optional[str] = ..., backend: _Optional[_Union[_model_pb2.Backend, str]] = ..., state: _Optional[_Union[DeploymentState, str]] = ..., running_replicas: _Optional[int] = ..., target_replicas: _Optional[int] = ..., message: _Optional[str] = ..., replicas_per_node: _Optional[_Iterable[_Union[NodeReplicas, _Mapping]]] = ...) -> None: ...
+
+class NodeReplicas(_message.Message):
+    __slots__ = ("node_id", "node_ip", "running_replicas")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_IP_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    node_ip: str
+    running_replicas: int
+    def __init__(self, node_id: _Optional[str] = ..., node_ip: _Optional[str] = ..., running_replicas: _Optional[int] = ...) -> None: ...
 
 class Deployment(_message.Message):
-    __slots__ = ("name", "serving_name", "traffic", "backend", "predictor", "num_replicas", "autoscaling", "resources_per_replica", "batching", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time", "tenant", "direct_endpoint")
+    __slots__ = ("name", "serving_name", "traffic", "backend", "predictor", "num_replicas", "autoscaling", "resources_per_replica", "batching", "model", "state", "state_reason", "endpoint", "version_statuses", "create_time", "update_time", "tenant", "direct_endpoint", "http_endpoint")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SERVING_NAME_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +102,7 @@ class Deployment(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DIRECT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     name: str
     serving_name: str
     traffic: _containers.RepeatedCompositeFieldContainer[TrafficTarget]
@@ -108,4 +121,5 @@ class Deployment(_message.Message):
     update_time: _timestamp_pb2.Timestamp
     tenant: str
     direct_endpoint: str
-    def __init__(self, name: _Optional[str] = ..., serving_name: _Optional[str] = ..., traffic: _Optional[_Iterable[_Union[TrafficTarget, _Mapping]]] = ..., backend: _Optional[_Union[_model_pb2.Backend, str]] = ..., predictor: _Optional[_Union[_model_pb2.PredictorConfig, _Mapping]] = ..., num_replicas: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., resources_per_replica: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., model: _Optional[str] = ..., state: _Optional[_Union[DeploymentState, str]] = ..., state_reason: _Optional[str] = ..., endpoint: _Optional[str] = ..., version_statuses: _Optional[_Iterable[_Union[VersionStatus, _Mapping]]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., direct_endpoint: _Optional[str] = ...) -> None: ...
+    http_endpoint: str
+    def __init__(self, name: _Optional[str] = ..., serving_name: _Optional[str] = ..., traffic: _Optional[_Iterable[_Union[TrafficTarget, _Mapping]]] = ..., backend: _Optional[_Union[_model_pb2.Backend, str]] = ..., predictor: _Optional[_Union[_model_pb2.PredictorConfig, _Mapping]] = ..., num_replicas: _Optional[int] = ..., autoscaling: _Optional[_Union[AutoscalingConfig, _Mapping]] = ..., resources_per_replica: _Optional[_Union[_common_pb2.Resources, _Mapping]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., model: _Optional[str] = ..., state: _Optional[_Union[DeploymentState, str]] = ..., state_reason: _Optional[str] = ..., endpoint: _Optional[str] = ..., version_statuses: _Optional[_Iterable[_Union[VersionStatus, _Mapping]]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., direct_endpoint: _Optional[str] = ..., http_endpoint: _Optional[str] = ...) -> None: ...

@@ -29,8 +29,11 @@ class ExporterServiceStub:
     """Exports trained checkpoints to static Paddle models, keeps their versions, and serves them.
 
     Long-running work (exports, deployments) returns the resource at once in a transitional
-    state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
-    while Redis or the Ray cluster cannot be reached.
+    state; clients poll Get* (or watch) until it settles.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while Redis or the Ray cluster cannot be reached (retry with backoff).
 
     Tenants: with auth on, models, their versions and deployments belong to a tenant (see
     Model.tenant, Deployment.tenant). Another tenant's model, version or deployment answers
@@ -122,8 +125,11 @@ class ExporterServiceServicer:
     """Exports trained checkpoints to static Paddle models, keeps their versions, and serves them.
 
     Long-running work (exports, deployments) returns the resource at once in a transitional
-    state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
-    while Redis or the Ray cluster cannot be reached.
+    state; clients poll Get* (or watch) until it settles.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while Redis or the Ray cluster cannot be reached (retry with backoff).
 
     Tenants: with auth on, models, their versions and deployments belong to a tenant (see
     Model.tenant, Deployment.tenant). Another tenant's model, version or deployment answers
@@ -145,8 +151,9 @@ class ExporterServiceServicer:
         outside the allowlist, a tenant the credential may not write, or (for a credential other
         than an admin's) a checkpoint_uri source; NOT_FOUND for an unknown job or checkpoint,
         another tenant's job, or a parent that is another tenant's model; FAILED_PRECONDITION
-        when the job has no checkpoint. A repeated request_id returns the version first created
-        (ALREADY_EXISTS when another tenant's request used it).
+        when the job has no checkpoint. A repeated request_id with the identical request returns
+        the version first created; with a different request, or another tenant's, it is
+        ALREADY_EXISTS naming request_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,7 +205,8 @@ class ExporterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListModelVersions(self, request, context):
-        """Lists a model's versions, newest first. Errors: NOT_FOUND for the model.
+        """Lists a model's versions, newest first. Errors: NOT_FOUND for the model; INVALID_ARGUMENT
+        for a bad page_size or token.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,13 +223,17 @@ class ExporterServiceServicer:
     def CreateDeployment(self, request, context):
         """Records a deployment and returns it at once in DEPLOYING; the reconciler starts its
         replicas on Ray Serve, then it turns HEALTHY, or UNHEALTHY with a reason (a replica that
-        cannot be placed shows here, not as RESOURCE_EXHAUSTED). Errors: INVALID_ARGUMENT
+        cannot be placed now shows here, not as RESOURCE_EXHAUSTED). Errors: INVALID_ARGUMENT
         (deployment_id, traffic, resources, batching, replicas); NOT_FOUND for a version;
         FAILED_PRECONDITION for a version not READY (VALIDATION_FAILED cannot be served) or a
-        backend it was not exported or validated for; ALREADY_EXISTS for a taken deployment id
+        backend it was not exported or validated for, for replicas that even the empty cluster
+        could not place ("3 replicas need 3 CPUs; the cluster has 2", naming
+        resources_per_replica), and while the exporter's store looks lost (docs/reliability.md);
+        ALREADY_EXISTS for a taken deployment id
         or serving_name (a serving_name another tenant's deployment holds is reported as taken,
-        without naming that deployment). A repeated request_id returns the deployment first
-        created (ALREADY_EXISTS when another tenant's request used it). The deployment takes the
+        without naming that deployment). A repeated request_id with the identical request returns
+        the deployment first created; with a different request, or another tenant's, it is
+        ALREADY_EXISTS naming request_id. The deployment takes the
         tenant of the model it serves; another tenant's version is NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -347,8 +359,11 @@ class ExporterService:
     """Exports trained checkpoints to static Paddle models, keeps their versions, and serves them.
 
     Long-running work (exports, deployments) returns the resource at once in a transitional
-    state; clients poll Get* (or watch) until it settles. Errors of every RPC: UNAVAILABLE
-    while Redis or the Ray cluster cannot be reached.
+    state; clients poll Get* (or watch) until it settles.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while Redis or the Ray cluster cannot be reached (retry with backoff).
 
     Tenants: with auth on, models, their versions and deployments belong to a tenant (see
     Model.tenant, Deployment.tenant). Another tenant's model, version or deployment answers

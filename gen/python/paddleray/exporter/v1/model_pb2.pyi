@@ -114,36 +114,52 @@ class PredictorConfig(_message.Message):
     def __init__(self, enable_mkldnn: _Optional[bool] = ..., cpu_math_threads: _Optional[int] = ..., use_gpu: _Optional[bool] = ..., enable_tensorrt: _Optional[bool] = ...) -> None: ...
 
 class ValidationOptions(_message.Message):
-    __slots__ = ("num_samples", "atol", "rtol", "batch_size", "sample_inputs", "predictor")
+    __slots__ = ("num_samples", "atol", "rtol", "batch_size", "sample_inputs", "predictor", "dynamic_sizes")
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     ATOL_FIELD_NUMBER: _ClassVar[int]
     RTOL_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INPUTS_FIELD_NUMBER: _ClassVar[int]
     PREDICTOR_FIELD_NUMBER: _ClassVar[int]
+    DYNAMIC_SIZES_FIELD_NUMBER: _ClassVar[int]
     num_samples: int
     atol: float
     rtol: float
     batch_size: int
     sample_inputs: _containers.RepeatedCompositeFieldContainer[TensorValue]
     predictor: PredictorConfig
-    def __init__(self, num_samples: _Optional[int] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., batch_size: _Optional[int] = ..., sample_inputs: _Optional[_Iterable[_Union[TensorValue, _Mapping]]] = ..., predictor: _Optional[_Union[PredictorConfig, _Mapping]] = ...) -> None: ...
+    dynamic_sizes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, num_samples: _Optional[int] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., batch_size: _Optional[int] = ..., sample_inputs: _Optional[_Iterable[_Union[TensorValue, _Mapping]]] = ..., predictor: _Optional[_Union[PredictorConfig, _Mapping]] = ..., dynamic_sizes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SampleValidation(_message.Message):
+    __slots__ = ("inputs", "passed", "max_abs_error", "max_rel_error")
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_REL_ERROR_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    def __init__(self, inputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., passed: _Optional[bool] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ...) -> None: ...
 
 class BackendValidation(_message.Message):
-    __slots__ = ("backend", "passed", "max_abs_error", "max_rel_error", "median_latency", "message")
+    __slots__ = ("backend", "passed", "max_abs_error", "max_rel_error", "median_latency", "message", "samples")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
     MAX_REL_ERROR_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_LATENCY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
     backend: Backend
     passed: bool
     max_abs_error: float
     max_rel_error: float
     median_latency: _duration_pb2.Duration
     message: str
-    def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., passed: _Optional[bool] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., median_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+    samples: _containers.RepeatedCompositeFieldContainer[SampleValidation]
+    def __init__(self, backend: _Optional[_Union[Backend, str]] = ..., passed: _Optional[bool] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., median_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., message: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[SampleValidation, _Mapping]]] = ...) -> None: ...
 
 class ValidationResult(_message.Message):
     __slots__ = ("passed", "num_samples", "atol", "rtol", "backends")
@@ -185,7 +201,7 @@ class Model(_message.Message):
     def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., latest_version: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ModelVersion(_message.Message):
-    __slots__ = ("name", "source_job", "source_checkpoint", "source_job_metrics", "model_builder", "model_config", "inputs", "outputs", "artifacts", "validation", "state", "state_reason", "create_time", "update_time", "failure", "tenant")
+    __slots__ = ("name", "source_job", "source_checkpoint", "source_job_metrics", "model_builder", "model_config", "inputs", "outputs", "artifacts", "validation", "state", "state_reason", "create_time", "update_time", "failure", "tenant", "metadata")
     class SourceJobMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +225,7 @@ class ModelVersion(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     name: str
     source_job: str
     source_checkpoint: _common_pb2.Checkpoint
@@ -225,4 +242,5 @@ class ModelVersion(_message.Message):
     update_time: _timestamp_pb2.Timestamp
     failure: _common_pb2.Failure
     tenant: str
-    def __init__(self, name: _Optional[str] = ..., source_job: _Optional[str] = ..., source_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., source_job_metrics: _Optional[_Mapping[str, float]] = ..., model_builder: _Optional[str] = ..., model_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., validation: _Optional[_Union[ValidationResult, _Mapping]] = ..., state: _Optional[_Union[ModelVersionState, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    metadata: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., source_job: _Optional[str] = ..., source_checkpoint: _Optional[_Union[_common_pb2.Checkpoint, _Mapping]] = ..., source_job_metrics: _Optional[_Mapping[str, float]] = ..., model_builder: _Optional[str] = ..., model_config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., validation: _Optional[_Union[ValidationResult, _Mapping]] = ..., state: _Optional[_Union[ModelVersionState, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., tenant: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...

@@ -28,7 +28,10 @@ if _version_not_supported:
 class ExperimentServiceStub:
     """Hyperparameter sweeps run as trial jobs of the JobService (list them with
     ListJobsRequest.experiment).
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; an
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached (retry with backoff). An
     experiment's tenant is its trial_template.tenant, set from the caller's credential as for
     jobs; another tenant's experiment answers NOT_FOUND (admins see all); a read-only credential
     gets PERMISSION_DENIED from CreateExperiment, CancelExperiment and DeleteExperiment.
@@ -70,7 +73,10 @@ class ExperimentServiceStub:
 class ExperimentServiceServicer:
     """Hyperparameter sweeps run as trial jobs of the JobService (list them with
     ListJobsRequest.experiment).
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; an
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached (retry with backoff). An
     experiment's tenant is its trial_template.tenant, set from the caller's credential as for
     jobs; another tenant's experiment answers NOT_FOUND (admins see all); a read-only credential
     gets PERMISSION_DENIED from CreateExperiment, CancelExperiment and DeleteExperiment.
@@ -80,7 +86,11 @@ class ExperimentServiceServicer:
         """Expands the search space into trials and starts the sweep; replies once the experiment
         and its plan are durable. Errors: INVALID_ARGUMENT names the field and the rule (empty
         space, bad bounds, unknown metric mode, invalid trial template, too many trials);
-        ALREADY_EXISTS when experiment_id is taken; a repeated request_id returns the first one.
+        ALREADY_EXISTS when experiment_id is taken. A repeated request_id with the identical
+        request returns the first experiment; with a different request, or another tenant's, it
+        is ALREADY_EXISTS naming request_id. PERMISSION_DENIED, NOT_FOUND and
+        FAILED_PRECONDITION for a trial template's spec that CreateJob refuses so (the same checks,
+        naming experiment.trial_template.spec).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,7 +165,10 @@ def add_ExperimentServiceServicer_to_server(servicer, server):
 class ExperimentService:
     """Hyperparameter sweeps run as trial jobs of the JobService (list them with
     ListJobsRequest.experiment).
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; an
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached (retry with backoff). An
     experiment's tenant is its trial_template.tenant, set from the caller's credential as for
     jobs; another tenant's experiment answers NOT_FOUND (admins see all); a read-only credential
     gets PERMISSION_DENIED from CreateExperiment, CancelExperiment and DeleteExperiment.

@@ -27,9 +27,12 @@ if _version_not_supported:
 
 class JobServiceStub:
     """Training jobs: durable, scheduled on the cluster's free capacity, retried and timed out.
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a job of
-    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
-    read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached (retry with backoff). With auth on,
+    a job of another tenant than the caller's answers NOT_FOUND, as if absent (admins see all);
+    a read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
     """
 
     def __init__(self, channel):
@@ -77,21 +80,29 @@ class JobServiceStub:
 
 class JobServiceServicer:
     """Training jobs: durable, scheduled on the cluster's free capacity, retried and timed out.
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a job of
-    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
-    read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached (retry with backoff). With auth on,
+    a job of another tenant than the caller's answers NOT_FOUND, as if absent (admins see all);
+    a read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
     """
 
     def CreateJob(self, request, context):
         """Queues a job. The reply comes after the job is durable.
-        spec.init_from is resolved here (to init_from.resolved_uri), so every attempt starts from
-        the same weights.
+        spec.init_from is resolved here (to init_from.resolved_uri, shown to admins only), so every
+        attempt starts from the same weights; its source is read with the caller's rights.
         Errors: INVALID_ARGUMENT names the field and the rule broken; PERMISSION_DENIED when the
-        entrypoint's module is neither under the allowlist nor a file of the job's package;
-        FAILED_PRECONDITION (naming the field) when runtime_env.working_dir names a package that is
-        not stored, or init_from names a job without a checkpoint or a model version not exported;
-        ALREADY_EXISTS when job_id is taken by another request; a repeated request_id returns the
-        job first created with it.
+        entrypoint's module is neither under the allowlist nor a file of the job's package, when a
+        caller other than an admin names init_from.checkpoint_uri, or a dataset or working_dir inside
+        the storage root's runs/, models/ or packages/; NOT_FOUND (naming the field) when
+        init_from names a job or an exported model version the caller cannot see (absent, or another
+        tenant's); FAILED_PRECONDITION (naming the field) when runtime_env.working_dir names a
+        package that is not stored, or init_from names a job without a checkpoint;
+        ALREADY_EXISTS when job_id is taken by another request. A repeated request_id with the
+        identical request returns the job first created with it; with a different request (any
+        field but request_id), or another tenant's, it is ALREADY_EXISTS naming request_id
+        (AIP-155: the key is taken; choose a new request_id for a new job).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,8 +154,9 @@ class JobServiceServicer:
 
     def GetJobLogs(self, request, context):
         """Streams the logs of the job's current (or a given) attempt from the trainer.
-        Errors: NOT_FOUND; FAILED_PRECONDITION when the job has not started; UNAVAILABLE when
-        the trainer cannot be reached.
+        Errors: NOT_FOUND; FAILED_PRECONDITION when the job (or the attempt asked for) has not
+        started; INVALID_ARGUMENT as the trainer answers it (a rank the run does not have);
+        UNAVAILABLE when the trainer cannot be reached.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,9 +210,12 @@ def add_JobServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class JobService:
     """Training jobs: durable, scheduled on the cluster's free capacity, retried and timed out.
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a job of
-    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
-    read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached (retry with backoff). With auth on,
+    a job of another tenant than the caller's answers NOT_FOUND, as if absent (admins see all);
+    a read-only credential gets PERMISSION_DENIED from CreateJob, CancelJob and DeleteJob.
     """
 
     @staticmethod

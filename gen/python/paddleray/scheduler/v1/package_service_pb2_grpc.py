@@ -29,6 +29,11 @@ class PackageServiceStub:
     """Code packages: a client's project directory as a zip, stored by the scheduler under its
     storage root and named by the sha256 of the zip's bytes. A job runs a package by naming its
     uri in spec.runtime_env.working_dir. Packages are immutable: the same content is uploaded once.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached; a read-only credential gets
+    PERMISSION_DENIED from UploadPackage.
     """
 
     def __init__(self, channel):
@@ -53,6 +58,11 @@ class PackageServiceServicer:
     """Code packages: a client's project directory as a zip, stored by the scheduler under its
     storage root and named by the sha256 of the zip's bytes. A job runs a package by naming its
     uri in spec.runtime_env.working_dir. Packages are immutable: the same content is uploaded once.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached; a read-only credential gets
+    PERMISSION_DENIED from UploadPackage.
     """
 
     def GetPackage(self, request, context):
@@ -102,6 +112,11 @@ class PackageService:
     """Code packages: a client's project directory as a zip, stored by the scheduler under its
     storage root and named by the sha256 of the zip's bytes. A job runs a package by naming its
     uri in spec.runtime_env.working_dir. Packages are immutable: the same content is uploaded once.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the scheduler's Redis cannot be reached; a read-only credential gets
+    PERMISSION_DENIED from UploadPackage.
     """
 
     @staticmethod

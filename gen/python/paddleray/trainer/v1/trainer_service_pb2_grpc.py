@@ -27,9 +27,13 @@ if _version_not_supported:
 
 class TrainerServiceStub:
     """Runs Paddle training on the Ray cluster: one Ray actor per data-parallel rank.
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a run of
-    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
-    read-only credential gets PERMISSION_DENIED from StartRun and StopRun.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the Ray cluster cannot be reached, or right after a trainer restart until
+    its earlier runs are loaded (retry with backoff). With auth on, a run of another tenant than
+    the caller's answers NOT_FOUND, as if absent (admins see all); a read-only credential gets
+    PERMISSION_DENIED from StartRun and StopRun.
     """
 
     def __init__(self, channel):
@@ -77,17 +81,25 @@ class TrainerServiceStub:
 
 class TrainerServiceServicer:
     """Runs Paddle training on the Ray cluster: one Ray actor per data-parallel rank.
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a run of
-    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
-    read-only credential gets PERMISSION_DENIED from StartRun and StopRun.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the Ray cluster cannot be reached, or right after a trainer restart until
+    its earlier runs are loaded (retry with backoff). With auth on, a run of another tenant than
+    the caller's answers NOT_FOUND, as if absent (admins see all); a read-only credential gets
+    PERMISSION_DENIED from StartRun and StopRun.
     """
 
     def StartRun(self, request, context):
         """Starts a run. Errors: INVALID_ARGUMENT names the field and the rule (entrypoint form,
         fractional GPUs with more than one worker, an init_from that is no checkpoint, ...);
         PERMISSION_DENIED when the entrypoint's module is neither under the allowlist nor a file of
-        the run's package; FAILED_PRECONDITION when runtime_env.working_dir names a package that is
-        not under the trainer's storage root; a repeated request_id returns the run first started.
+        the run's package, or when a caller other than an admin names a checkpoint (resume_from,
+        spec.init_from); FAILED_PRECONDITION when runtime_env.working_dir names a package that is
+        not under the trainer's storage root; ALREADY_EXISTS when run_id is taken. A repeated
+        request_id with the same request (timeout aside: a retry sends what is left of it) returns
+        the run first started; with a different one, or another tenant's, it is ALREADY_EXISTS
+        naming request_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -125,7 +137,8 @@ class TrainerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRunLogs(self, request, context):
-        """Streams the workers' captured stdout and stderr. Errors: NOT_FOUND.
+        """Streams the workers' captured stdout and stderr. Errors: NOT_FOUND; INVALID_ARGUMENT for a
+        rank the run does not have.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -187,9 +200,13 @@ def add_TrainerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class TrainerService:
     """Runs Paddle training on the Ray cluster: one Ray actor per data-parallel rank.
-    With auth on, every RPC answers UNAUTHENTICATED without a valid bearer token; a run of
-    another tenant than the caller's answers NOT_FOUND, as if absent (admins see all); a
-    read-only credential gets PERMISSION_DENIED from StartRun and StopRun.
+    Errors of every RPC, beside its own below: INVALID_ARGUMENT for a request that is not a
+    valid message, or a name not of its resource's form; RESOURCE_EXHAUSTED for a message over
+    the server's 64 MiB limit; with auth on, UNAUTHENTICATED without a valid bearer token;
+    UNAVAILABLE while the Ray cluster cannot be reached, or right after a trainer restart until
+    its earlier runs are loaded (retry with backoff). With auth on, a run of another tenant than
+    the caller's answers NOT_FOUND, as if absent (admins see all); a read-only credential gets
+    PERMISSION_DENIED from StartRun and StopRun.
     """
 
     @staticmethod
