@@ -13,11 +13,14 @@ a caller nobody named:
 Where the caller comes from: every gRPC call runs as the identity its interceptor set
 (interceptors.AuthInterceptor: the token's; with auth off, interceptors.LocalIdentityInterceptor:
 LOCAL, an admin of the "default" tenant, what the services did before tenants came from
-credentials). A servicer reads it once with `of_call()` and passes it to the domain calls that
-need it. Outside a call there is no caller: `of_call()` raises NoCaller instead of answering
-with an admin, and a service's own background work that must act for someone says whom with
-`acting_as` (the scheduler's trials act as LOCAL: their template was checked with its creator's
-rights at CreateExperiment).
+credentials). Only servicers read it: each reads it once with `of_call()` and passes it, as an
+argument named `caller` with no default, to the domain calls that need it; no other module of
+services/ calls `of_call`, `acting_as` or `set_current` (tests/unit/test_explicit_caller.py).
+Outside a call there is no caller: `of_call()` raises NoCaller instead of answering with an
+admin, and a domain call without a caller is a TypeError. A service's own background work that
+must act for someone names whom as that argument (the scheduler creates a sweep's trials with
+caller=LOCAL: their template was checked with its creator's rights at CreateExperiment).
+`acting_as` and `set_current` are for the interceptors (and tests that call a servicer directly).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class Identity:
 
 LOCAL = Identity(DEFAULT_TENANT, Role.ADMIN, "local")
 
-# No default: outside a call (or a block acting_as someone) there is no caller, never an admin.
+# No default: outside a call (or an acting_as block) there is no caller, never an admin.
 _caller: contextvars.ContextVar[Identity] = contextvars.ContextVar("paddleray_caller")
 
 

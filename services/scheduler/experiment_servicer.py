@@ -16,8 +16,9 @@ class ExperimentServicer(experiment_service_pb2_grpc.ExperimentServiceServicer):
 
     async def CreateExperiment(self, request: pb.CreateExperimentRequest, context) -> pb.CreateExperimentResponse:
         given = request.experiment if request.HasField("experiment") else None
-        tenant = tenancy.prepare_experiment(of_call(), given)
-        experiment = await self._experiments.create(given, request.experiment_id, request.request_id)
+        caller = of_call()
+        tenant = tenancy.prepare_experiment(caller, given)
+        experiment = await self._experiments.create(given, request.experiment_id, request.request_id, caller=caller)
         tenancy.check_created(tenant, tenancy.experiment_tenant(experiment))
         return pb.CreateExperimentResponse(experiment=experiment)
 

@@ -86,9 +86,11 @@ class ExperimentManager:
     # -- create ---------------------------------------------------------------------------
 
     async def create(
-        self, experiment: experiment_pb2.Experiment | None, experiment_id: str = "", request_id: str = ""
+        self, experiment: experiment_pb2.Experiment | None, experiment_id: str = "", request_id: str = "", *,
+        caller: identity.Identity,
     ) -> experiment_pb2.Experiment:
-        """Validates, expands the plan, stores both durably, then starts the first trials."""
+        """Validates, expands the plan, stores both durably, then starts the first trials. The
+        template is checked with caller's rights; the trials are created as LOCAL (_create_trial)."""
         if experiment is None:
             raise errors.InvalidArgument("experiment", "required")
         if experiment_id:  # the same form as job ids: trial job ids are derived from it
@@ -97,7 +99,7 @@ class ExperimentManager:
         # A plan of 10,000 trials takes seconds to expand and check: off the event loop.
         plan = await asyncio.to_thread(validate_experiment, experiment)
         # The template's package and init_from, checked as CreateJob will check every trial's.
-        await self.jobs.prepare_spec(experiment.trial_template.spec, "experiment.trial_template.spec")
+        await self.jobs.prepare_spec(experiment.trial_template.spec, "experiment.trial_template.spec", caller=caller)
         stored = experiment_pb2.Experiment()
         stored.CopyFrom(experiment)
         for output_only in ("state", "state_reason", "trials_by_state", "best_trial", "end_time"):
@@ -196,13 +198,13 @@ class ExperimentManager:
         job.display_name = f"{experiment.display_name or experiment_id} trial {index}"[:MAX_DISPLAY_NAME]
         job_id = f"{trial_job_prefix(experiment_id)}{index}"
         try:
-            # The scheduler creates the trial, outside any call: it acts as LOCAL, said here. The
-            # template was checked with its creator's rights at CreateExperiment (create above).
-            with identity.acting_as(identity.LOCAL):
-                await self.jobs.create_trial(
-                    job, experiment.name, search.to_trial_parameters(parameters), job_id=job_id,
-                    request_id=f"{experiment.name}/trials/{index}",
-                )
+            # The scheduler creates the trial, often outside any call (a trial ending frees a slot):
+            # it acts as LOCAL, an admin. The template was checked with its creator's rights at
+            # CreateExperiment (create above), and the trial keeps the template's tenant.
+            await self.jobs.create_trial(
+                job, experiment.name, search.to_trial_parameters(parameters), job_id=job_id,
+                request_id=f"{experiment.name}/trials/{index}", caller=identity.LOCAL,
+            )
         except errors.AlreadyExists:
             existing = await self.jobs.find(job_id)
             if existing is None or existing.experiment != experiment.name:

@@ -47,10 +47,10 @@ class JobInputs:
         self.storage_root: Path | str = storage_root if is_uri(storage_root) else Path(storage_root)
         self.allowlist = list(allowlist)
 
-    async def prepare(self, spec: common_pb2.TrainingSpec, field: str) -> common_pb2.TrainingSpec:
+    async def prepare(self, spec: common_pb2.TrainingSpec, field: str, *, caller: Identity) -> common_pb2.TrainingSpec:
         """The spec to store: checked, with init_from resolved (then a copy; `spec` is unchanged),
-        with the rights of the call's caller (a sweep's trials: LOCAL, experiments.py says why)."""
-        caller = identity.of_call()
+        with caller's rights: CreateJob's and CreateExperiment's caller, passed down by their
+        servicers; a sweep's trials pass LOCAL (experiments.py says why)."""
         files = None
         working_dir = spec.runtime_env.working_dir
         if packages.is_package_uri(working_dir):

@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Protocol
 
 from google.protobuf import timestamp_pb2
 
@@ -23,6 +24,7 @@ from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors, idempotency, names, paging, states
 from paddleray.services.common.cancellation import raise_if_cancelled
+from paddleray.services.common.identity import Identity
 from paddleray.services.scheduler import validation
 from paddleray.services.scheduler.hooks import JobHooks
 from paddleray.services.scheduler.store import Claim, JobRecord, JobStore, WriteResult
@@ -94,12 +96,17 @@ def state_event(from_state: job_pb2.JobState, to_state: job_pb2.JobState, reason
 Mutation = Callable[[job_pb2.Job], None]
 # Stops a trainer run ("runs/{id}", reason), best effort: the run's follower stops it too.
 RunStopper = Callable[[str, str], Awaitable[None]]
-# Checks what a spec names outside the job (package, init_from) and returns the spec to store;
-# the second argument is the field prefix for errors (JobInputs.prepare).
-SpecPreparer = Callable[[common_pb2.TrainingSpec, str], Awaitable[common_pb2.TrainingSpec]]
 
 
-async def _as_is(spec: common_pb2.TrainingSpec, field: str) -> common_pb2.TrainingSpec:
+class SpecPreparer(Protocol):
+    """Checks what a spec names outside the job (package, init_from) with caller's rights and
+    returns the spec to store; field is the prefix for errors (JobInputs.prepare)."""
+
+    def __call__(self, spec: common_pb2.TrainingSpec, field: str, *,
+                 caller: Identity) -> Awaitable[common_pb2.TrainingSpec]: ...
+
+
+async def _as_is(spec: common_pb2.TrainingSpec, field: str, *, caller: Identity) -> common_pb2.TrainingSpec:
     return spec
 
 
@@ -123,24 +130,26 @@ class JobManager:
 
     # -- create -------------------------------------------------------------------------------
 
-    async def create(self, job: job_pb2.Job | None, job_id: str = "", request_id: str = "") -> job_pb2.Job:
-        """CreateJob: validates, then stores the job QUEUED (durable before this returns)."""
+    async def create(self, job: job_pb2.Job | None, job_id: str = "", request_id: str = "", *,
+                     caller: Identity) -> job_pb2.Job:
+        """CreateJob: validates, then stores the job QUEUED (durable before this returns). What
+        the spec names outside the job is read with caller's rights (prepare_spec)."""
         validation.validate_create(job, job_id, request_id)
         assert job is not None  # validate_create: "job: required"
-        return await self._create(job, job_id, request_id, experiment="", trial_parameters=None)
+        return await self._create(job, job_id, request_id, experiment="", trial_parameters=None, caller=caller)
 
     async def create_trial(
         self, job: job_pb2.Job, experiment: str, trial_parameters: dict[str, str], job_id: str = "",
-        request_id: str = "",
+        request_id: str = "", *, caller: Identity,
     ) -> job_pb2.Job:
         """Creates a sweep trial: `job` (the trial template with its parameters merged into
         spec.config) is validated like CreateJob, stored with Job.experiment and
         Job.trial_parameters set, and queued like any job. A repeated request_id returns the
         trial first created with it, so an experiment can re-issue a create after a crash."""
         validation.validate_create(job, job_id, request_id)
-        return await self._create(job, job_id, request_id, experiment, trial_parameters)
+        return await self._create(job, job_id, request_id, experiment, trial_parameters, caller=caller)
 
-    async def _create(self, job, job_id, request_id, experiment, trial_parameters) -> job_pb2.Job:
+    async def _create(self, job, job_id, request_id, experiment, trial_parameters, *, caller: Identity) -> job_pb2.Job:
         stored = job_pb2.Job(
             display_name=job.display_name, spec=job.spec, priority=job.priority, tenant=job.tenant or "default",
             labels=job.labels, retry_policy=job.retry_policy, experiment=experiment,
@@ -151,7 +160,7 @@ class JobManager:
         # The request as asked, before its references are resolved (a retry may find init_from's
         # job with a newer checkpoint): a repeated request_id must repeat exactly this.
         fingerprint = idempotency.fingerprint(stored, job_id)
-        stored.spec.CopyFrom(await self.prepare_spec(job.spec, "job.spec"))
+        stored.spec.CopyFrom(await self.prepare_spec(job.spec, "job.spec", caller=caller))
         stored.name = names.JOB.format(job=job_id or f"job-{uuid.uuid4().hex[:16]}")
         stored.state = J.JOB_STATE_QUEUED
         stored.create_time.CopyFrom(now_ts())

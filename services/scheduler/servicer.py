@@ -20,7 +20,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         job = request.job if request.HasField("job") else None
         caller = of_call()
         tenant = tenancy.prepare_job(caller, job)
-        created = await self.manager.create(job, request.job_id, request.request_id)
+        created = await self.manager.create(job, request.job_id, request.request_id, caller=caller)
         tenancy.check_created(tenant, created.tenant)
         return js.CreateJobResponse(job=tenancy.shown(caller, created))
 

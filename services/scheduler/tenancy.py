@@ -1,7 +1,8 @@
 """Tenant enforcement for the scheduler's RPCs, kept apart from the job and experiment domains.
 
-The servicers call these around JobManager / ExperimentManager calls, with the call's caller
-(identity.of_call()); the rules themselves are common.identity's. A job's tenant is Job.tenant;
+The servicers call these around JobManager / ExperimentManager calls with the call's caller,
+which they read once (identity.of_call()) and also pass to the create calls (caller=); the rules
+themselves are common.identity's. A job's tenant is Job.tenant;
 an experiment's is its trial_template.tenant, which every trial inherits, so a sweep's trials are
 its tenant's jobs.
 """

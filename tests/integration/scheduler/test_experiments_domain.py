@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
 from paddleray.services.common import errors, paging
+from paddleray.services.common.identity import LOCAL, Identity, Role
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.experiment_store import ExperimentStore
 from paddleray.services.scheduler.experiments import ExperimentManager
@@ -75,8 +76,25 @@ async def _finish(manager: ExperimentManager, job: job_pb2.Job, acc: float | Non
     await manager.jobs.transition(job_id, end, "run ended")
 
 
+async def test_the_template_is_checked_as_its_creator_and_the_trials_as_local(sweep):
+    """The trials are created by the scheduler, not by a call: they name LOCAL as their caller,
+    an argument (once, an acting_as block around create_trial)."""
+    seen = []
+
+    async def prepare(spec, field, *, caller):
+        seen.append((field, caller))
+        return spec
+
+    sweep.jobs.prepare_spec = prepare
+    with pytest.raises(TypeError, match="caller"):
+        await sweep.create(make_experiment(), "sweep-nobody")  # type: ignore[call-arg]
+    member = Identity("default", Role.MEMBER, "member")
+    await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3), max_concurrent=2), "sweep-who", caller=member)
+    assert seen == [("experiment.trial_template.spec", member), ("job.spec", LOCAL), ("job.spec", LOCAL)]
+
+
 async def test_create_stores_the_plan_and_starts_only_max_concurrent_trials(sweep, client):
-    exp = await sweep.create(make_experiment(), "sweep-a")
+    exp = await sweep.create(make_experiment(), "sweep-a", caller=LOCAL)
     assert exp.name == "experiments/sweep-a" and exp.total_trials == 4 and exp.state == E.EXPERIMENT_STATE_RUNNING
     assert await client.hlen(keys.experiment_plan("sweep-a")) == 4
     trials = await _trials(sweep, "sweep-a")
@@ -91,7 +109,7 @@ async def test_create_stores_the_plan_and_starts_only_max_concurrent_trials(swee
 
 async def test_trial_job_ids_of_a_long_experiment_id_stay_valid_job_ids(sweep):
     long_id = "a" + "b" * 62
-    await sweep.create(make_experiment(lrs=(0.1, 0.2)), long_id)
+    await sweep.create(make_experiment(lrs=(0.1, 0.2)), long_id, caller=LOCAL)
     trials = await sweep.store.trials(long_id)
     assert len(trials) == 2 and len(set(trials.values())) == 2
     for index, job_id in trials.items():
@@ -100,21 +118,21 @@ async def test_trial_job_ids_of_a_long_experiment_id_stay_valid_job_ids(sweep):
 
 
 async def test_a_repeated_request_id_returns_the_first_experiment_and_a_taken_id_is_refused(sweep):
-    first = await sweep.create(make_experiment(), "", request_id="req-1")
-    again = await sweep.create(make_experiment(), "", request_id="req-1")
+    first = await sweep.create(make_experiment(), "", request_id="req-1", caller=LOCAL)
+    again = await sweep.create(make_experiment(), "", request_id="req-1", caller=LOCAL)
     assert again.name == first.name and again.total_trials == 4
     # The same request_id with another request: the key is taken (AIP-155), nothing is created.
     with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
-        await sweep.create(make_experiment(lrs=(9.0,)), "", request_id="req-1")
+        await sweep.create(make_experiment(lrs=(9.0,)), "", request_id="req-1", caller=LOCAL)
     with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
-        await sweep.create(make_experiment(), "named", request_id="req-1")
+        await sweep.create(make_experiment(), "named", request_id="req-1", caller=LOCAL)
     assert [e.name for e in (await sweep.list(0, "", []))[0]] == [first.name]
     with pytest.raises(errors.AlreadyExists):
-        await sweep.create(make_experiment(), first.name.removeprefix("experiments/"))
+        await sweep.create(make_experiment(), first.name.removeprefix("experiments/"), caller=LOCAL)
 
 
 async def test_ending_trials_starts_the_next_ones_and_the_best_trial_wins(sweep):
-    await sweep.create(make_experiment(), "sweep-b")
+    await sweep.create(make_experiment(), "sweep-b", caller=LOCAL)
     accs = {0: 0.5, 1: 0.9, 2: 0.7, 3: None}
     for _ in range(2):
         trials = await _trials(sweep, "sweep-b")
@@ -130,13 +148,13 @@ async def test_ending_trials_starts_the_next_ones_and_the_best_trial_wins(sweep)
 
 
 async def test_min_mode_picks_the_smallest_and_no_metric_at_all_fails_the_experiment(sweep):
-    await sweep.create(make_experiment(lrs=(0.1, 0.2), mode=common_pb2.METRIC_MODE_MIN), "sweep-min")
+    await sweep.create(make_experiment(lrs=(0.1, 0.2), mode=common_pb2.METRIC_MODE_MIN), "sweep-min", caller=LOCAL)
     for index, job in (await _trials(sweep, "sweep-min")).items():
         await _finish(sweep, job, [0.3, 0.2][index])
     exp = await sweep.get("experiments/sweep-min")
     assert exp.best_trial.job == "jobs/sweep-min-t1" and exp.best_trial.metric_value == pytest.approx(0.2)
 
-    await sweep.create(make_experiment(lrs=(0.1,)), "sweep-none")
+    await sweep.create(make_experiment(lrs=(0.1,)), "sweep-none", caller=LOCAL)
     for job in (await _trials(sweep, "sweep-none")).values():
         await _finish(sweep, job, None, end=J.JOB_STATE_FAILED)
     exp = await sweep.get("experiments/sweep-none")
@@ -145,7 +163,7 @@ async def test_min_mode_picks_the_smallest_and_no_metric_at_all_fails_the_experi
 
 
 async def test_concurrent_fills_never_exceed_the_slots_nor_duplicate_a_trial(sweep, client):
-    await sweep.create(make_experiment(lrs=tuple(range(10)), max_concurrent=3), "sweep-c")
+    await sweep.create(make_experiment(lrs=tuple(range(10)), max_concurrent=3), "sweep-c", caller=LOCAL)
     others = [ExperimentManager(sweep.jobs, ExperimentStore(client)) for _ in range(4)]
     await asyncio.gather(*(m.fill("sweep-c") for m in others))
     assert sorted(await sweep.store.trials("sweep-c")) == [0, 1, 2]
@@ -153,7 +171,7 @@ async def test_concurrent_fills_never_exceed_the_slots_nor_duplicate_a_trial(swe
 
 
 async def test_a_claim_whose_job_was_never_created_is_created_once_by_reconcile(sweep, client):
-    await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3), max_concurrent=2), "sweep-d")
+    await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3), max_concurrent=2), "sweep-d", caller=LOCAL)
     # As if a replica died right after handing out index 2 (its job never created), and
     # another right after creating index 1's job (never recorded).
     await client.hset(keys.experiment("sweep-d"), "max", 3)
@@ -168,7 +186,7 @@ async def test_a_claim_whose_job_was_never_created_is_created_once_by_reconcile(
 
 
 async def test_reconcile_frees_slots_of_trials_that_ended_unseen(sweep, client):
-    await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3), max_concurrent=1), "sweep-e")
+    await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3), max_concurrent=1), "sweep-e", caller=LOCAL)
     hooks = sweep.jobs.hooks
     sweep.jobs.hooks = type(hooks)()  # a replica that died before its callback
     await sweep.jobs.transition("sweep-e-t0", J.JOB_STATE_CANCELLED, "gone")
@@ -181,7 +199,7 @@ async def test_reconcile_frees_slots_of_trials_that_ended_unseen(sweep, client):
 async def test_reconcile_carries_out_an_asha_stop_decided_before_a_crash(sweep, client):
     exp = make_experiment(lrs=(0.1, 0.2), max_concurrent=2)
     exp.early_stopping.asha.CopyFrom(experiment_pb2.AshaPolicy(time_attr="epoch", max_t=9, grace_period=1))
-    await sweep.create(exp, "sweep-h")
+    await sweep.create(exp, "sweep-h", caller=LOCAL)
     # The decision is durable, but the replica died before stopping the trial.
     await client.hset(keys.asha_stopped("sweep-h"), "1", "asha: decided before the crash")
     await sweep.reconcile()
@@ -193,7 +211,7 @@ async def test_reconcile_carries_out_an_asha_stop_decided_before_a_crash(sweep, 
 
 
 async def test_cancel_cancels_waiting_trials_and_creates_no_more(sweep):
-    await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3, 0.4), max_concurrent=2), "sweep-f")
+    await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3, 0.4), max_concurrent=2), "sweep-f", caller=LOCAL)
     exp = await sweep.cancel("experiments/sweep-f", "enough")
     assert exp.state == E.EXPERIMENT_STATE_CANCELLED and exp.state_reason == "enough"
     await asyncio.gather(*sweep._tasks)
@@ -208,19 +226,19 @@ async def test_cancel_cancels_waiting_trials_and_creates_no_more(sweep):
 
 
 async def test_deleting_a_running_experiment_is_refused(sweep):
-    await sweep.create(make_experiment(), "sweep-g")
+    await sweep.create(make_experiment(), "sweep-g", caller=LOCAL)
     with pytest.raises(errors.FailedPrecondition):
         await sweep.delete("experiments/sweep-g")
 
 
 async def test_list_is_newest_first_with_stable_pages_and_a_state_filter(sweep):
     for i in range(5):
-        await sweep.create(make_experiment(lrs=(0.1,)), f"list-{i}")
+        await sweep.create(make_experiment(lrs=(0.1,)), f"list-{i}", caller=LOCAL)
         await asyncio.sleep(0.002)
     await sweep.cancel("experiments/list-3")
     page, token = await sweep.list(2, "", [])
     assert [e.name for e in page] == ["experiments/list-4", "experiments/list-3"]
-    await sweep.create(make_experiment(lrs=(0.1,)), "list-new")
+    await sweep.create(make_experiment(lrs=(0.1,)), "list-new", caller=LOCAL)
     page, token = await sweep.list(2, token, [])
     assert [e.name for e in page] == ["experiments/list-2", "experiments/list-1"]
     cancelled, _ = await sweep.list(10, "", [E.EXPERIMENT_STATE_CANCELLED])
@@ -231,7 +249,7 @@ async def test_list_is_newest_first_with_stable_pages_and_a_state_filter(sweep):
 
 async def test_list_coerces_a_large_page_size_and_binds_tokens_to_their_filters(sweep):
     for i in range(3):
-        await sweep.create(make_experiment(lrs=(0.1,)), f"aip-{i}")
+        await sweep.create(make_experiment(lrs=(0.1,)), f"aip-{i}", caller=LOCAL)
     page, token = await sweep.list(paging.MAX_PAGE_SIZE + 1, "", [])
     assert len(page) == 3 and token == "", "above the maximum is coerced, not rejected (AIP-158)"
     _, token = await sweep.list(1, "", [E.EXPERIMENT_STATE_RUNNING])
@@ -246,7 +264,7 @@ async def test_list_pages_of_large_experiments_end_early_by_bytes(sweep):
     for i in range(6):
         experiment = make_experiment(lrs=(0.1,), max_concurrent=1)
         experiment.trial_template.spec.config.update({"blob": "x" * 900_000})
-        await sweep.create(experiment, f"big-{i}")
+        await sweep.create(experiment, f"big-{i}", caller=LOCAL)
     names, token, pages = [], "", 0
     while True:
         page, token = await sweep.list(0, token, [])
@@ -292,13 +310,13 @@ async def test_bad_experiments_are_rejected_naming_the_field(sweep, client, chan
     exp = make_experiment()
     change(exp)
     with pytest.raises(errors.InvalidArgument) as info:
-        await sweep.create(exp, "bad")
+        await sweep.create(exp, "bad", caller=LOCAL)
     assert info.value.field == field
     assert await client.exists(keys.experiment("bad")) == 0
 
 
 async def test_the_best_checkpoint_is_kept_as_offered_so_reading_replays_no_events(sweep, client):
-    await sweep.create(make_experiment(lrs=(0.1,)), "sweep-ckpt")
+    await sweep.create(make_experiment(lrs=(0.1,)), "sweep-ckpt", caller=LOCAL)
     (job,) = (await _trials(sweep, "sweep-ckpt")).values()
     await sweep.on_metrics(job.name, 1, common_pb2.MetricsReport(step=3, metrics={"acc": 0.8}))
     for epoch, acc in ((1, 0.5), (2, 0.8), (3, 0.8), (4, 0.6)):  # a tie keeps the older one

@@ -236,9 +236,9 @@ async def test_a_sweep_template_is_checked_like_create_job(stack_factory, tmp_pa
         template = _package_job("paddleray://packages/sha256-" + "1" * 64)
         experiment = experiment_pb2.Experiment(trial_template=template, metric="loss", mode=common_pb2.METRIC_MODE_MIN)
         experiment.search_space.parameters["lr"].grid.values.add().number_value = 0.1
-        with identity.acting_as(identity.LOCAL), pytest.raises(
+        with pytest.raises(
                 errors.FailedPrecondition, match=r"^experiment\.trial_template\.spec\.runtime_env\.working_dir"):
-            await stack.app.experiments.create(experiment)
+            await stack.app.experiments.create(experiment, caller=identity.LOCAL)
         assert (await stack.stub.ListJobs(js.ListJobsRequest())).jobs == []
 
 

@@ -29,14 +29,13 @@ async def _wait_state(stack, name: str, state: int, timeout: float = 60) -> job_
 
 async def _create_many(stack, count: int, prefix: str, **job) -> None:
     """Through the JobManager (CreateJob's domain call), 500 at a time: gRPC would only slow the
-    filling down, and what is under test is the dispatcher behind it. No call names a caller
-    here: the test acts as the one CreateJob has with auth off (LOCAL)."""
-    with identity.acting_as(identity.LOCAL):
-        for start in range(0, count, 500):
-            await asyncio.gather(*(
-                stack.app.manager.create(make_job(**job), job_id=f"{prefix}-{i}")
-                for i in range(start, min(count, start + 500))
-            ))
+    filling down, and what is under test is the dispatcher behind it. The caller is the one
+    CreateJob has with auth off (LOCAL)."""
+    for start in range(0, count, 500):
+        await asyncio.gather(*(
+            stack.app.manager.create(make_job(**job), job_id=f"{prefix}-{i}", caller=identity.LOCAL)
+            for i in range(start, min(count, start + 500))
+        ))
 
 
 async def test_a_job_that_fits_runs_behind_10000_that_never_can(stack_factory, redis_url):

@@ -10,6 +10,7 @@ import pytest
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common import errors
+from paddleray.services.common.identity import LOCAL, Identity, Role
 from paddleray.services.common.resources import Amounts
 from paddleray.services.scheduler import keys
 from paddleray.services.scheduler.jobs import IllegalTransition
@@ -21,7 +22,7 @@ J = job_pb2.JobState
 
 
 async def test_create_writes_record_indexes_queue_and_first_event(manager, raw_redis):
-    job = await manager.create(make_job(labels={"team": "vision"}), job_id="alpha")
+    job = await manager.create(make_job(labels={"team": "vision"}), job_id="alpha", caller=LOCAL)
     assert job.name == "jobs/alpha" and job.state == J.JOB_STATE_QUEUED and job.tenant == "default"
     fields = await raw_redis.hgetall(keys.job("alpha"))
     assert fields[b"state"] == str(J.JOB_STATE_QUEUED).encode() and fields[b"cpu_m"] == b"1000"
@@ -34,7 +35,7 @@ async def test_create_writes_record_indexes_queue_and_first_event(manager, raw_r
 
 
 async def test_update_refuses_to_change_the_state_which_only_transition_and_claim_record(manager):
-    await manager.create(make_job(), job_id="keep")
+    await manager.create(make_job(), job_id="keep", caller=LOCAL)
     record = await manager.record("jobs/keep")
     job = job_pb2.Job()
     job.CopyFrom(record.job)
@@ -45,8 +46,8 @@ async def test_update_refuses_to_change_the_state_which_only_transition_and_clai
 
 
 async def test_request_id_makes_create_idempotent(manager, raw_redis):
-    first = await manager.create(make_job(), request_id="req-1")
-    again = await manager.create(make_job(), request_id="req-1")
+    first = await manager.create(make_job(), request_id="req-1", caller=LOCAL)
+    again = await manager.create(make_job(), request_id="req-1", caller=LOCAL)
     assert again == first
     assert await raw_redis.zcard(keys.by_time()) == 1
     assert 0 < await raw_redis.ttl(keys.request("req-1")) <= 24 * 3600
@@ -54,46 +55,66 @@ async def test_request_id_makes_create_idempotent(manager, raw_redis):
 
 
 async def test_a_request_id_reused_with_a_different_request_is_already_exists(manager, raw_redis):
-    first = await manager.create(make_job(), request_id="req-1")
+    first = await manager.create(make_job(), request_id="req-1", caller=LOCAL)
     for different in ({"job": make_job(priority=5)}, {"job": make_job(config={"lr": 0.1})},
                       {"job": make_job(tenant="team-b")}, {"job": make_job(), "job_id": "named"}):
         with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
-            await manager.create(**different, request_id="req-1")
+            await manager.create(**different, request_id="req-1", caller=LOCAL)
     assert await raw_redis.zcard(keys.by_time()) == 1
     # A job stored before requests had fingerprints is returned to any repeat of its request_id.
     await raw_redis.hdel(keys.job(first.name[5:]), "request_fp")
-    assert await manager.create(make_job(priority=5), request_id="req-1") == first
+    assert await manager.create(make_job(priority=5), request_id="req-1", caller=LOCAL) == first
+
+
+async def test_create_needs_a_caller_and_checks_the_spec_with_its_rights(manager, raw_redis):
+    """Issue 22.5: no caller is a TypeError (once, the spec was checked as whoever the call
+    context held, an admin by default), and the caller given is the one prepare_spec sees."""
+    seen = []
+
+    async def prepare(spec, field, *, caller):
+        seen.append((field, caller))
+        return spec
+
+    manager.prepare_spec = prepare
+    with pytest.raises(TypeError, match="caller"):
+        await manager.create(make_job(), job_id="nobody")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="caller"):
+        await manager.create_trial(make_job(), "experiments/e", {}, job_id="nobody")  # type: ignore[call-arg]
+    assert seen == [] and await raw_redis.zcard(keys.by_time()) == 0
+    member = Identity("team-a", Role.MEMBER, "member-a")
+    await manager.create(make_job(tenant="team-a"), job_id="a", caller=member)
+    assert seen == [("job.spec", member)]
 
 
 async def test_the_fingerprint_is_the_request_before_its_references_are_resolved(manager):
     resolved = iter(range(100))
 
-    async def resolve(spec, field):  # as init_from's job may checkpoint again between two tries
+    async def resolve(spec, field, *, caller):  # as init_from's job may checkpoint again between two tries
         copy = common_pb2.TrainingSpec()
         copy.CopyFrom(spec)
         copy.init_from.resolved_uri = f"/ckpt/{next(resolved)}"
         return copy
 
     manager.prepare_spec = resolve
-    first = await manager.create(make_job(), request_id="req-1")
-    assert await manager.create(make_job(), request_id="req-1") == first
+    first = await manager.create(make_job(), request_id="req-1", caller=LOCAL)
+    assert await manager.create(make_job(), request_id="req-1", caller=LOCAL) == first
     assert first.spec.init_from.resolved_uri == "/ckpt/0"
 
 
 async def test_concurrent_creates_with_one_request_id_yield_one_job(manager, raw_redis):
-    jobs = await asyncio.gather(*(manager.create(make_job(), request_id="same") for _ in range(20)))
+    jobs = await asyncio.gather(*(manager.create(make_job(), request_id="same", caller=LOCAL) for _ in range(20)))
     assert len({j.name for j in jobs}) == 1
     assert await raw_redis.zcard(keys.queue()) == 1
 
 
 async def test_taken_job_id_is_already_exists(manager):
-    await manager.create(make_job(), job_id="taken")
+    await manager.create(make_job(), job_id="taken", caller=LOCAL)
     with pytest.raises(errors.AlreadyExists):
-        await manager.create(make_job(), job_id="taken")
+        await manager.create(make_job(), job_id="taken", caller=LOCAL)
 
 
 async def test_illegal_transitions_are_refused_and_legal_ones_timestamped(manager, raw_redis):
-    await manager.create(make_job(), job_id="sm")
+    await manager.create(make_job(), job_id="sm", caller=LOCAL)
     with pytest.raises(IllegalTransition):
         await manager.transition("sm", J.JOB_STATE_SUCCEEDED, "skip ahead")
     done = await manager.transition("sm", J.JOB_STATE_CANCELLED, "user")
@@ -107,7 +128,7 @@ async def test_illegal_transitions_are_refused_and_legal_ones_timestamped(manage
 
 
 async def test_racing_transitions_only_one_wins(manager):
-    await manager.create(make_job(), job_id="race")
+    await manager.create(make_job(), job_id="race", caller=LOCAL)
     results = await asyncio.gather(
         manager.transition("race", J.JOB_STATE_CANCELLED, "a"),
         manager.transition("race", J.JOB_STATE_EARLY_STOPPED, "b"),
@@ -126,7 +147,7 @@ async def test_cancel_queued_is_immediate_and_terminal_fires_hook(manager):
         seen.append((name, state))
 
     manager.hooks.on_terminal(on_terminal)
-    await manager.create(make_job(), job_id="c1")
+    await manager.create(make_job(), job_id="c1", caller=LOCAL)
     job = await manager.cancel("jobs/c1", "no longer needed")
     assert job.state == J.JOB_STATE_CANCELLED and job.state_reason == "no longer needed"
     assert seen == [("jobs/c1", J.JOB_STATE_CANCELLED)]
@@ -134,14 +155,14 @@ async def test_cancel_queued_is_immediate_and_terminal_fires_hook(manager):
 
 
 async def test_stop_early_of_a_queued_trial(manager):
-    trial = await manager.create_trial(make_job(), "experiments/e1", {"lr": "0.1"}, job_id="t1")
+    trial = await manager.create_trial(make_job(), "experiments/e1", {"lr": "0.1"}, job_id="t1", caller=LOCAL)
     assert trial.experiment == "experiments/e1" and trial.trial_parameters == {"lr": "0.1"}
     job = await manager.stop_early("jobs/t1", "asha rung 1")
     assert job.state == J.JOB_STATE_EARLY_STOPPED and job.state_reason == "asha rung 1"
 
 
 async def test_delete_only_terminal_jobs_and_all_their_keys(manager, raw_redis):
-    await manager.create(make_job(tenant="team-a"), job_id="d1")
+    await manager.create(make_job(tenant="team-a"), job_id="d1", caller=LOCAL)
     with pytest.raises(errors.FailedPrecondition):
         await manager.delete("jobs/d1")
     await manager.cancel("jobs/d1")
@@ -154,9 +175,9 @@ async def test_delete_only_terminal_jobs_and_all_their_keys(manager, raw_redis):
 
 
 async def test_list_filters(manager):
-    await manager.create(make_job(tenant="a", labels={"k": "x"}), job_id="j1")
-    await manager.create(make_job(tenant="b", labels={"k": "y"}), job_id="j2")
-    await manager.create_trial(make_job(tenant="a"), "experiments/e", {}, job_id="j3")
+    await manager.create(make_job(tenant="a", labels={"k": "x"}), job_id="j1", caller=LOCAL)
+    await manager.create(make_job(tenant="b", labels={"k": "y"}), job_id="j2", caller=LOCAL)
+    await manager.create_trial(make_job(tenant="a"), "experiments/e", {}, job_id="j3", caller=LOCAL)
     await manager.cancel("jobs/j2")
 
     async def names(**kw):
@@ -184,26 +205,26 @@ async def test_list_filters(manager):
 
 async def test_pagination_is_stable_while_jobs_are_created(manager):
     for i in range(25):
-        await manager.create(make_job(), job_id=f"p{i:02d}")
+        await manager.create(make_job(), job_id=f"p{i:02d}", caller=LOCAL)
     seen, token = [], ""
     while True:
         page, token = await manager.list(7, token, [], {}, "", "")
         seen += [j.name for j in page]
         # Jobs created between pages are newer than every page so far: they must not shift pages.
-        await manager.create(make_job())
+        await manager.create(make_job(), caller=LOCAL)
         if not token:
             break
     assert seen == [f"jobs/p{i:02d}" for i in reversed(range(25))]
 
 
 async def test_watch_resumes_by_sequence_and_out_of_range_when_trimmed(manager):
-    await manager.create(make_job(max_retries=0), job_id="w")
+    await manager.create(make_job(max_retries=0), job_id="w", caller=LOCAL)
     await manager.transition("w", J.JOB_STATE_CANCELLED, "done")
     events = [e async for e in manager.watch("jobs/w", 1)]
     assert [e.sequence for e in events] == [2]
     assert events[0].state_change.to_state == J.JOB_STATE_CANCELLED
     # The fixture caps streams at 50 events: flood a job with metrics events to trim it.
-    await manager.create(make_job(), job_id="long")
+    await manager.create(make_job(), job_id="long", caller=LOCAL)
     for _ in range(60):
         record = await manager.store.get("long")
         event = job_pb2.JobEvent(metrics={"step": 1})
@@ -228,16 +249,16 @@ async def test_queue_orders_by_priority_then_fifo_and_ages_waiting_jobs(raw_redi
 
     # One priority point is worth a minute of waiting: priority decides, ties go FIFO.
     manager = JobManager(JobStore(raw_redis), aging_s_per_priority=60.0)
-    await manager.create(make_job(priority=0), job_id="first")
-    await manager.create(make_job(priority=0), job_id="second")
-    await manager.create(make_job(priority=10), job_id="urgent")
+    await manager.create(make_job(priority=0), job_id="first", caller=LOCAL)
+    await manager.create(make_job(priority=0), job_id="second", caller=LOCAL)
+    await manager.create(make_job(priority=10), job_id="urgent", caller=LOCAL)
     assert await manager.store.queue_head(10) == ["urgent", "first", "second"]
     await raw_redis.flushdb()
     # One point per millisecond: a job that waited 200 ms outranks a newer one 10 points higher.
     manager = JobManager(JobStore(raw_redis), aging_s_per_priority=0.001)
-    await manager.create(make_job(priority=0), job_id="patient")
+    await manager.create(make_job(priority=0), job_id="patient", caller=LOCAL)
     await asyncio.sleep(0.2)
-    await manager.create(make_job(priority=10), job_id="newcomer")
+    await manager.create(make_job(priority=10), job_id="newcomer", caller=LOCAL)
     assert await manager.store.queue_head(10) == ["patient", "newcomer"]
 
 
@@ -250,23 +271,23 @@ async def test_a_create_resent_after_a_dropped_reply_returns_the_job_not_already
         return await real_create(*args, **kwargs)
 
     manager.store.create = executed_twice
-    job = await manager.create(make_job(), job_id="resent")
+    job = await manager.create(make_job(), job_id="resent", caller=LOCAL)
     assert job.name == "jobs/resent" and job.state == J.JOB_STATE_QUEUED
     manager.store.create = real_create
     with pytest.raises(errors.AlreadyExists):
-        await manager.create(make_job(), job_id="resent")
+        await manager.create(make_job(), job_id="resent", caller=LOCAL)
 
 
 async def test_creates_survive_redis_losing_its_script_cache(manager, raw_redis):
-    await manager.create(make_job(), job_id="before")
+    await manager.create(make_job(), job_id="before", caller=LOCAL)
     await raw_redis.script_flush()
-    jobs = await asyncio.gather(*(manager.create(make_job(), job_id=f"after-{i}") for i in range(5)))
+    jobs = await asyncio.gather(*(manager.create(make_job(), job_id=f"after-{i}", caller=LOCAL) for i in range(5)))
     assert [j.name for j in jobs] == [f"jobs/after-{i}" for i in range(5)]
     assert await raw_redis.zcard(keys.queue()) == 6
 
 
 async def test_claim_records_the_attempt_and_its_transition_in_one_place(manager, raw_redis):
-    await manager.create(make_job(), job_id="cl")
+    await manager.create(make_job(), job_id="cl", caller=LOCAL)
     roomy = Claim(Amounts(cpu_m=4000, gpu_m=0, mem=1 << 40))
     record = await manager.store.get("cl")
     result = await manager.claim(record, "replica-a", 10_000, roomy)
@@ -294,10 +315,10 @@ async def test_claim_records_the_attempt_and_its_transition_in_one_place(manager
 
 
 async def test_a_job_that_ends_other_than_succeeded_carries_the_failure_its_state_implies(manager):
-    await manager.create(make_job(), job_id="f1")
+    await manager.create(make_job(), job_id="f1", caller=LOCAL)
     job = await manager.transition("f1", J.JOB_STATE_CANCELLED, "no longer needed")
     assert job.failure == common_pb2.Failure(kind=common_pb2.FAILURE_KIND_STOPPED, message="no longer needed")
-    await manager.create(make_job(), job_id="f2")
+    await manager.create(make_job(), job_id="f2", caller=LOCAL)
     given = common_pb2.Failure(kind=common_pb2.FAILURE_KIND_USER_CODE, rank=1, message="ValueError: x")
     await manager.transition("f2", J.JOB_STATE_STARTING, "test")
     job = await manager.transition("f2", J.JOB_STATE_FAILED, "rank 1 raised", failure=given)
