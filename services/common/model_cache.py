@@ -8,6 +8,7 @@ into a sibling of the cache entry, checked against the manifest's SHA-256 of eve
 published by a rename, so a copy cut short or altered in transit is never used. The entry is
 keyed by the URI and the manifest's bytes: a version exported again under the same number
 (after a delete) gets a fresh copy, while every replica of one version on a node shares one.
+The node's copies are kept within a byte budget, least recently used first (common.node_cache).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from paddleray.services.common import node_cache
 from paddleray.services.common.errors import FailedPrecondition
 from paddleray.services.common.model_manifest import MANIFEST, Manifest, sha256_of
 from paddleray.services.common.storage import Storage, cache_dir, is_uri
@@ -37,7 +39,7 @@ def local_version(directory: str | os.PathLike) -> Path:
         raise FailedPrecondition(f"artifact {uri}: {MANIFEST} cannot be read from the object store: {exc}") from None
     key = hashlib.sha256(uri.encode() + b"\n" + text).hexdigest()[:32]
     target = cache_dir("models") / key
-    if (target / MANIFEST).is_file():
+    if (node_cache.touch(target) / MANIFEST).is_file():
         return target
     partial = target.with_name(f"{key}.{uuid.uuid4().hex[:8]}.partial")
     try:
@@ -55,6 +57,7 @@ def local_version(directory: str | os.PathLike) -> Path:
                 raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+    node_cache.prune(cache_dir(), keep=target)
     return target
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from paddleray.services.common import errors
+from paddleray.services.common import errors, node_cache
 from paddleray.services.common.storage import Storage, cache_dir, is_uri
 
 URI_PREFIX = "paddleray://packages/"
@@ -116,7 +116,7 @@ def local_zip(storage_root: str | Path, digest: str) -> Path | None:
         return path if path.is_file() else None
     storage = Storage.for_root(storage_root)
     target = cache_dir("packages") / f"sha256-{digest}.zip"
-    if target.is_file():  # still stored? (a package collected since must not be used)
+    if node_cache.touch(target).is_file():  # still stored? (a package collected since must not be used)
         return target if storage.exists(object_name(digest)) else None
     try:
         data = storage.read_bytes(object_name(digest))
@@ -127,6 +127,7 @@ def local_zip(storage_root: str | Path, digest: str) -> Path | None:
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     partial.write_bytes(data)
     os.replace(partial, target)
+    node_cache.prune(cache_dir(), keep=target)
     return target
 
 

@@ -32,6 +32,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
+from paddleray.services.common import node_cache
+
 # Schemes pyarrow.fs opens (s3 and gs built in; hdfs through libhdfs on the node): the ones a
 # storage root may name. s3:// is the one this repository's tests run against (moto's server).
 URI_SCHEMES = ("s3", "gs", "gcs", "hdfs")
@@ -347,14 +349,15 @@ def cache_dir(*parts: str) -> Path:
 def local_copy(location: str | os.PathLike) -> Path:
     """A local directory with the files of location: the path itself when it is one; for a
     URI, a copy in this node's cache, downloaded once (a checkpoint or model never changes
-    once complete) and published by a rename, so a copy cut short is never used."""
+    once complete) and published by a rename, so a copy cut short is never used; the node's
+    copies are kept within a byte budget (common.node_cache)."""
     if not is_uri(location):
         return Path(location)
     uri = os.fspath(location)
     import hashlib
 
     target = cache_dir("copies") / hashlib.sha256(uri.encode()).hexdigest()[:24]
-    if target.is_dir():
+    if node_cache.touch(target).is_dir():
         return target
     partial = target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}.partial")
     try:
@@ -366,4 +369,5 @@ def local_copy(location: str | os.PathLike) -> Path:
                 raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+    node_cache.prune(cache_dir(), keep=target)
     return target

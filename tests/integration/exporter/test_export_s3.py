@@ -99,3 +99,26 @@ def test_a_version_without_its_manifest_or_with_other_files_is_not_served(root, 
         load_artifact(f"{root}/models/m/versions/3")
     assert not [p for p in (tmp_path / "cache" / "models").iterdir() if p.name.endswith(".partial")]
     assert len(list((tmp_path / "cache" / "models").iterdir())) == 0, "nothing refused is kept in the cache"
+
+
+def test_the_nodes_model_copies_stay_within_the_cache_budget_least_recently_used_first(root, tmp_path, monkeypatch):
+    """Versions copied to a node are pruned beyond PADDLERAY_CACHE_MAX_BYTES (common.node_cache):
+    the least recently used copy goes once it is past its grace time; it is fetched again, checked
+    against its manifest, when a replica needs it again."""
+    import os
+
+    from paddleray.services.common import node_cache
+
+    first_dir, _, _ = _export(root, tmp_path, number=1)
+    (tmp_path / "second").mkdir()
+    second_dir, _, _ = _export(root, tmp_path / "second", number=2)
+    first = load_artifact(first_dir).root
+    size = sum(f.stat().st_size for f in first.rglob("*") if f.is_file())
+    monkeypatch.setenv(node_cache.MAX_BYTES_ENV, str(int(size * 1.5)))  # room for one copy
+    long_ago = first.stat().st_mtime - node_cache.GRACE_S - 60
+    os.utime(first, (long_ago, long_ago))
+    second = load_artifact(second_dir).root
+    assert second.is_dir() and not first.exists(), "the older copy goes when the newer is published"
+    again = load_artifact(first_dir).root
+    assert again == first and model_manifest.file_digests(again) == model_manifest.Manifest.load(first_dir).files
+    assert second.is_dir(), "a copy in its grace time stays, though the cache is now over budget"
