@@ -1,4 +1,8 @@
-"""ExperimentService: translates requests to ExperimentManager calls and results back."""
+"""ExperimentService: translates requests to ExperimentManager calls and results back.
+
+Each method reads the call's caller once (identity.of_call()) and passes it; the tenant rules
+are the domain's (ExperimentManager, scheduler/tenancy.py).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from paddleray.scheduler.v1 import experiment_service_pb2 as pb
 from paddleray.scheduler.v1 import experiment_service_pb2_grpc
 from paddleray.services.common.identity import of_call
 from paddleray.services.common.server import ServiceRegistration
-from paddleray.services.scheduler import tenancy
 from paddleray.services.scheduler.experiments import ExperimentManager
 
 
@@ -16,26 +19,23 @@ class ExperimentServicer(experiment_service_pb2_grpc.ExperimentServiceServicer):
 
     async def CreateExperiment(self, request: pb.CreateExperimentRequest, context) -> pb.CreateExperimentResponse:
         given = request.experiment if request.HasField("experiment") else None
-        caller = of_call()
-        tenant = tenancy.prepare_experiment(caller, given)
-        experiment = await self._experiments.create(given, request.experiment_id, request.request_id, caller=caller)
-        tenancy.check_created(tenant, tenancy.experiment_tenant(experiment))
+        experiment = await self._experiments.create(given, request.experiment_id, request.request_id, caller=of_call())
         return pb.CreateExperimentResponse(experiment=experiment)
 
     async def GetExperiment(self, request: pb.GetExperimentRequest, context) -> pb.GetExperimentResponse:
-        return pb.GetExperimentResponse(experiment=await tenancy.visible_experiment(of_call(), self._experiments, request.name))
+        return pb.GetExperimentResponse(experiment=await self._experiments.get(request.name, caller=of_call()))
 
     async def ListExperiments(self, request: pb.ListExperimentsRequest, context) -> pb.ListExperimentsResponse:
-        experiments, token = await self._experiments.list(request.page_size, request.page_token, request.states)
-        return pb.ListExperimentsResponse(experiments=tenancy.visible_experiments(of_call(), experiments), next_page_token=token)
+        experiments, token = await self._experiments.list(request.page_size, request.page_token, request.states,
+                                                          caller=of_call())
+        return pb.ListExperimentsResponse(experiments=experiments, next_page_token=token)
 
     async def CancelExperiment(self, request: pb.CancelExperimentRequest, context) -> pb.CancelExperimentResponse:
-        await tenancy.writable_experiment(of_call(), self._experiments, request.name, "CancelExperiment")
-        return pb.CancelExperimentResponse(experiment=await self._experiments.cancel(request.name, request.reason))
+        experiment = await self._experiments.cancel(request.name, request.reason, caller=of_call())
+        return pb.CancelExperimentResponse(experiment=experiment)
 
     async def DeleteExperiment(self, request: pb.DeleteExperimentRequest, context) -> pb.DeleteExperimentResponse:
-        await tenancy.writable_experiment(of_call(), self._experiments, request.name, "DeleteExperiment")
-        await self._experiments.delete(request.name)
+        await self._experiments.delete(request.name, caller=of_call())
         return pb.DeleteExperimentResponse()
 
 

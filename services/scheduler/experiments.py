@@ -17,6 +17,7 @@ not yet carried out, cancelled experiments with live trials.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import math
@@ -28,7 +29,7 @@ from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
 from paddleray.services.common import errors, idempotency, identity, names, paging
 from paddleray.services.common.logs import log_context
-from paddleray.services.scheduler import asha, keys, search
+from paddleray.services.scheduler import asha, keys, search, tenancy
 from paddleray.services.scheduler.experiment_store import ExperimentRecord, ExperimentStore
 from paddleray.services.scheduler.experiment_validation import MAX_DISPLAY_NAME, validate_experiment
 from paddleray.services.scheduler.hooks import JobHooks
@@ -90,7 +91,9 @@ class ExperimentManager:
         caller: identity.Identity,
     ) -> experiment_pb2.Experiment:
         """Validates, expands the plan, stores both durably, then starts the first trials. The
-        template is checked with caller's rights; the trials are created as LOCAL (_create_trial)."""
+        template is checked with caller's rights, its tenant is caller's (an admin may name
+        another); the trials are created as LOCAL (_create_trial)."""
+        tenant = tenancy.prepare_experiment(caller, experiment)
         if experiment is None:
             raise errors.InvalidArgument("experiment", "required")
         if experiment_id:  # the same form as job ids: trial job ids are derived from it
@@ -116,16 +119,25 @@ class ExperimentManager:
         if status == "created":
             log.info("experiment %s created with %d trials", stored.name, len(plan))
             await self.fill(found_id)
-        return await self.get(names.EXPERIMENT.format(experiment=found_id))
+        created = await self._get(names.EXPERIMENT.format(experiment=found_id))
+        tenancy.check_created(tenant, tenancy.experiment_tenant(created))
+        return created
 
     # -- read -----------------------------------------------------------------------------
 
-    async def get(self, name: str) -> experiment_pb2.Experiment:
+    async def get(self, name: str, *, caller: identity.Identity) -> experiment_pb2.Experiment:
+        """The experiment, or NOT_FOUND (as for a missing one) when caller may not see its tenant."""
+        experiment = await self._get(name)
+        identity.check_visible(caller, tenancy.experiment_tenant(experiment), name)
+        return experiment
+
+    async def _get(self, name: str) -> experiment_pb2.Experiment:
         record = await self._record(name)
         await self._add_progress(record)
         return record.experiment
 
-    async def list(self, page_size: int, page_token: str, states) -> tuple[list[experiment_pb2.Experiment], str]:
+    async def list(self, page_size: int, page_token: str, states, *,
+                   caller: identity.Identity) -> tuple[list[experiment_pb2.Experiment], str]:
         size = paging.page_size(page_size)
         for i, state in enumerate(states):
             if state not in E.values() or state == E.EXPERIMENT_STATE_UNSPECIFIED:
@@ -135,7 +147,8 @@ class ExperimentManager:
         records, last = await self.store.list(size, after, set(states))
         for record in records:
             await self._add_progress(record)
-        return [r.experiment for r in records], paging.encode_page_token(last, filters) if last else ""
+        shown = tenancy.visible_experiments(caller, [r.experiment for r in records])
+        return shown, paging.encode_page_token(last, filters) if last else ""
 
     async def _record(self, name: str) -> ExperimentRecord:
         record = await self.store.get(names.EXPERIMENT.parse_one(name))
@@ -262,7 +275,8 @@ class ExperimentManager:
         self._stop(job_name, self.jobs.stop_early, reason)
 
     def _cancel_job(self, job_name: str, reason: str) -> None:
-        self._stop(job_name, self.jobs.cancel, reason)
+        # The sweep's own work: CancelExperiment checked its caller's rights.
+        self._stop(job_name, functools.partial(self.jobs.cancel, caller=identity.LOCAL), reason)
 
     def _stop(self, job_name: str, stop, reason: str) -> None:
         # Not awaited: stopping waits for the run to end, which the caller (the dispatcher,
@@ -303,15 +317,17 @@ class ExperimentManager:
 
     # -- cancel / delete ----------------------------------------------------------------------
 
-    async def cancel(self, name: str, reason: str = "") -> experiment_pb2.Experiment:
+    async def cancel(self, name: str, reason: str = "", *, caller: identity.Identity) -> experiment_pb2.Experiment:
         """Ends the experiment CANCELLED and cancels its unfinished trials (in the background:
         a running trial ends once its run has stopped). A finished experiment is unchanged."""
+        identity.require_write(caller, "CancelExperiment")
+        await self.get(name, caller=caller)
         experiment_id = names.EXPERIMENT.parse_one(name)
         status, _ = await self.store.end(experiment_id, "cancel", now_ms(), reason or "cancelled by request")
         if status == "missing":
             raise errors.NotFound(f"{name} not found")
         await self._cancel_trials(experiment_id)
-        return await self.get(name)
+        return await self._get(name)
 
     async def _cancel_trials(self, experiment_id: str) -> None:
         record = await self.store.get(experiment_id)
@@ -330,7 +346,9 @@ class ExperimentManager:
             else:
                 self._cancel_job(job.name, record.experiment.state_reason)
 
-    async def delete(self, name: str) -> None:
+    async def delete(self, name: str, *, caller: identity.Identity) -> None:
+        identity.require_write(caller, "DeleteExperiment")
+        await self.get(name, caller=caller)
         record = await self._record(name)
         if record.state == E.EXPERIMENT_STATE_RUNNING:
             raise errors.FailedPrecondition(f"{name} is running; cancel it first")
@@ -339,9 +357,9 @@ class ExperimentManager:
         for job in await self.jobs.find_many(job_ids):
             if job is not None and not is_terminal(job.state):
                 raise errors.FailedPrecondition(f"{name}: trial {job.name} is still stopping")
-        for job_id in job_ids:
+        for job_id in job_ids:  # the experiment's own trials: its caller's rights were checked above
             try:
-                await self.jobs.delete(names.JOB.format(job=job_id))
+                await self.jobs.delete(names.JOB.format(job=job_id), caller=identity.LOCAL)
             except errors.NotFound:
                 pass
         await self.store.delete(record, job_ids)

@@ -14,6 +14,7 @@ from grpc import aio
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors
+from paddleray.services.common.identity import Identity
 from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.trainer_client import TrainerClient
 from paddleray.trainer.v1 import trainer_service_pb2 as ts
@@ -25,9 +26,10 @@ class JobLogs:
         self._trainer = trainer
 
     async def stream(self, name: str, attempt: int = 0, rank: int | None = None, tail_lines: int = 0,
-                     follow: bool = False) -> AsyncIterator[list[common_pb2.LogLine]]:
-        """The attempt's log lines in batches, as the trainer sends them."""
-        job = await self._manager.get(name)
+                     follow: bool = False, *, caller: Identity) -> AsyncIterator[list[common_pb2.LogLine]]:
+        """The attempt's log lines in batches, as the trainer sends them; NOT_FOUND (as for a
+        missing job) when caller may not see the job's tenant (JobManager.get)."""
+        job = await self._manager.get(name, caller=caller)
         if attempt < 0:
             raise errors.InvalidArgument("attempt", "must be >= 0 (0 means the newest)")
         if tail_lines < 0:

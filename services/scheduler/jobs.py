@@ -22,10 +22,10 @@ from google.protobuf import timestamp_pb2
 
 from paddleray.common.v1 import common_pb2
 from paddleray.scheduler.v1 import job_pb2
-from paddleray.services.common import errors, idempotency, names, paging, states
+from paddleray.services.common import errors, idempotency, identity, names, paging, states
 from paddleray.services.common.cancellation import raise_if_cancelled
 from paddleray.services.common.identity import Identity
-from paddleray.services.scheduler import validation
+from paddleray.services.scheduler import tenancy, validation
 from paddleray.services.scheduler.hooks import JobHooks
 from paddleray.services.scheduler.store import Claim, JobRecord, JobStore, WriteResult
 
@@ -113,6 +113,10 @@ async def _as_is(spec: common_pb2.TrainingSpec, field: str, *, caller: Identity)
 class JobManager:
     """The job operations every entry point (servicer, dispatcher, experiments) calls.
 
+    The RPCs' operations (create, get, list, cancel, delete, watch) take the caller and apply
+    the tenant rules (tenancy.py, common.identity): another tenant's job is NOT_FOUND, as a
+    missing one; a read-only caller may not create, cancel or delete.
+
     stop_run: how CancelJob and early stopping reach a dispatched job's trainer run (None: only
     the run's follower stops it, when it sees the stop intent). queued: set whenever a job is
     queued, so that a dispatcher waiting on it wakes at once."""
@@ -132,11 +136,15 @@ class JobManager:
 
     async def create(self, job: job_pb2.Job | None, job_id: str = "", request_id: str = "", *,
                      caller: Identity) -> job_pb2.Job:
-        """CreateJob: validates, then stores the job QUEUED (durable before this returns). What
-        the spec names outside the job is read with caller's rights (prepare_spec)."""
+        """CreateJob: validates, then stores the job QUEUED (durable before this returns). The
+        job's tenant is caller's (an admin may name another); what the spec names outside the
+        job is read with caller's rights (prepare_spec)."""
+        tenant = tenancy.prepare_job(caller, job)
         validation.validate_create(job, job_id, request_id)
         assert job is not None  # validate_create: "job: required"
-        return await self._create(job, job_id, request_id, experiment="", trial_parameters=None, caller=caller)
+        created = await self._create(job, job_id, request_id, experiment="", trial_parameters=None, caller=caller)
+        tenancy.check_created(tenant, created.tenant)
+        return tenancy.shown(caller, created)
 
     async def create_trial(
         self, job: job_pb2.Job, experiment: str, trial_parameters: dict[str, str], job_id: str = "",
@@ -186,8 +194,15 @@ class JobManager:
 
     # -- read ---------------------------------------------------------------------------------
 
-    async def get(self, name: str) -> job_pb2.Job:
-        return (await self.record(name)).job
+    async def get(self, name: str, *, caller: Identity) -> job_pb2.Job:
+        """The job as caller may see it (tenancy.shown)."""
+        return tenancy.shown(caller, await self._visible(name, caller))
+
+    async def _visible(self, name: str, caller: Identity) -> job_pb2.Job:
+        """The job, or NOT_FOUND (as for a missing job) when caller may not see its tenant."""
+        job = (await self.record(name)).job
+        identity.check_visible(caller, job.tenant, name)
+        return job
 
     async def record(self, name: str) -> JobRecord:
         record = await self.store.get(names.JOB.parse_one(name))
@@ -330,10 +345,12 @@ class JobManager:
 
     # -- stopping -----------------------------------------------------------------------------
 
-    async def cancel(self, name: str, reason: str = "") -> job_pb2.Job:
+    async def cancel(self, name: str, reason: str = "", *, caller: Identity) -> job_pb2.Job:
         """CancelJob: a waiting job ends CANCELLED at once; a dispatched one is stopped on the
         trainer and ends CANCELLED when its run has stopped (waited for up to stop_wait_s)."""
-        return await self._stop(name, "cancel", reason or "cancelled by request")
+        identity.require_write(caller, "CancelJob")
+        await self._visible(name, caller)
+        return tenancy.shown(caller, await self._stop(name, "cancel", reason or "cancelled by request"))
 
     async def stop_early(self, name: str, reason: str) -> job_pb2.Job:
         """Ends a sweep trial in JOB_STATE_EARLY_STOPPED with `reason`: a waiting trial at once,
@@ -389,7 +406,9 @@ class JobManager:
 
     # -- delete, list, watch --------------------------------------------------------------
 
-    async def delete(self, name: str) -> None:
+    async def delete(self, name: str, *, caller: Identity) -> None:
+        identity.require_write(caller, "DeleteJob")
+        await self._visible(name, caller)
         status, state = await self.store.delete(names.JOB.parse_one(name))
         if status == "missing":
             raise errors.NotFound(f"{name} not found")
@@ -397,7 +416,13 @@ class JobManager:
             raise errors.FailedPrecondition(f"{name} is {J.Name(state)}; only terminal jobs can be deleted")
 
     async def list(self, page_size: int, page_token: str, states, labels, experiment: str, tenant: str,
-                   view: int = job_pb2.JOB_VIEW_UNSPECIFIED):
+                   view: int = job_pb2.JOB_VIEW_UNSPECIFIED, *, caller: Identity):
+        """A page of the jobs of `tenant` ('' = all, admins only; identity.list_filter) as caller
+        may see them; an empty page when a member asks for another tenant's."""
+        narrowed = identity.list_filter(caller, tenant)
+        if narrowed is None:
+            return [], ""
+        tenant = narrowed
         size = paging.page_size(page_size)
         if view not in job_pb2.JobView.values():
             raise errors.InvalidArgument("view", f"unknown job view {view}")
@@ -411,10 +436,12 @@ class JobManager:
         after = paging.decode_page_token(page_token, filters, "ListJobs")
         jobs, last = await self.store.list_jobs(size, after, set(states), dict(labels), experiment, tenant,
                                                 without_config=view == job_pb2.JOB_VIEW_BASIC)
-        return jobs, paging.encode_page_token(last, filters) if last else ""
+        return [tenancy.shown(caller, j) for j in jobs], paging.encode_page_token(last, filters) if last else ""
 
-    async def watch(self, name: str, after_sequence: int, poll_ms: int = 1000) -> AsyncIterator[job_pb2.JobEvent]:
+    async def watch(self, name: str, after_sequence: int, poll_ms: int = 1000, *,
+                    caller: Identity) -> AsyncIterator[job_pb2.JobEvent]:
         """Events after after_sequence, then new ones as they happen, until the terminal one."""
+        await self._visible(name, caller)
         if after_sequence < 0:
             raise errors.InvalidArgument("after_sequence", "must be >= 0")
         job_id = names.JOB.parse_one(name)

@@ -28,7 +28,8 @@ from pathlib import Path, PurePosixPath
 from google.protobuf import timestamp_pb2
 
 from paddleray.scheduler.v1 import package_service_pb2 as pb
-from paddleray.services.common import errors, packages
+from paddleray.services.common import errors, identity, packages
+from paddleray.services.common.identity import Identity
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,9 @@ class PackageStore:
         except FileNotFoundError:
             return None
 
-    async def upload(self, requests: AsyncIterator[pb.UploadPackageRequest]) -> pb.Package:
+    async def upload(self, requests: AsyncIterator[pb.UploadPackageRequest], *, caller: Identity) -> pb.Package:
+        """UploadPackage: PERMISSION_DENIED for a read-only caller, before anything is read."""
+        identity.require_write(caller, "UploadPackage")
         first = await anext(aiter(requests), None)
         if first is None or first.WhichOneof("payload") != "header":
             raise errors.InvalidArgument("header", "the first message of an upload must carry the header")

@@ -1,10 +1,13 @@
-"""Tenant enforcement for the scheduler's RPCs, kept apart from the job and experiment domains.
+"""The scheduler's tenant rules for jobs and experiments, applied by the domain.
 
-The servicers call these around JobManager / ExperimentManager calls with the call's caller,
-which they read once (identity.of_call()) and also pass to the create calls (caller=); the rules
-themselves are common.identity's. A job's tenant is Job.tenant;
-an experiment's is its trial_template.tenant, which every trial inherits, so a sweep's trials are
-its tenant's jobs.
+JobManager and ExperimentManager call these (and common.identity's rules) with the caller their
+own callers pass as an argument named `caller`; no servicer calls them (the servicers only read
+the call's caller with identity.of_call() and pass it: tests/unit/test_tenancy_layer.py). They
+are a module of their own rather than methods of the managers because both managers share them
+and jobs.py and experiments.py are already the scheduler's largest modules.
+
+A job's tenant is Job.tenant; an experiment's is its trial_template.tenant, which every trial
+inherits, so a sweep's trials are its tenant's jobs.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ from __future__ import annotations
 from paddleray.scheduler.v1 import experiment_pb2, job_pb2
 from paddleray.services.common import idempotency, identity
 from paddleray.services.common.identity import Identity
-from paddleray.services.scheduler.experiments import ExperimentManager
-from paddleray.services.scheduler.jobs import JobManager
 
 
 def prepare_job(caller: Identity, job: job_pb2.Job | None) -> str:
@@ -27,7 +28,9 @@ def prepare_job(caller: Identity, job: job_pb2.Job | None) -> str:
 
 def prepare_experiment(caller: Identity, experiment: experiment_pb2.Experiment | None) -> str:
     identity.require_write(caller, "CreateExperiment")
-    if experiment is None:
+    if experiment is None or not experiment.HasField("trial_template"):
+        # Setting the tenant would make an absent template present (and validation then name
+        # its spec instead of the template that is missing).
         return caller.tenant
     template = experiment.trial_template
     template.tenant = identity.tenant_for_write(caller, template.tenant, "experiment.trial_template.tenant")
@@ -53,32 +56,8 @@ def shown(caller: Identity, job: job_pb2.Job) -> job_pb2.Job:
     return copy
 
 
-async def visible_job(caller: Identity, manager: JobManager, name: str) -> job_pb2.Job:
-    """The job, or NOT_FOUND (as for a missing job) when the caller may not see its tenant."""
-    job = await manager.get(name)
-    identity.check_visible(caller, job.tenant, name)
-    return job
-
-
-async def writable_job(caller: Identity, manager: JobManager, name: str, action: str) -> job_pb2.Job:
-    identity.require_write(caller, action)
-    return await visible_job(caller, manager, name)
-
-
 def experiment_tenant(experiment: experiment_pb2.Experiment) -> str:
     return experiment.trial_template.tenant or identity.DEFAULT_TENANT
-
-
-async def visible_experiment(caller: Identity, experiments: ExperimentManager, name: str) -> experiment_pb2.Experiment:
-    experiment = await experiments.get(name)
-    identity.check_visible(caller, experiment_tenant(experiment), name)
-    return experiment
-
-
-async def writable_experiment(caller: Identity, experiments: ExperimentManager, name: str,
-                              action: str) -> experiment_pb2.Experiment:
-    identity.require_write(caller, action)
-    return await visible_experiment(caller, experiments, name)
 
 
 def visible_experiments(caller: Identity, page: list[experiment_pb2.Experiment]) -> list[experiment_pb2.Experiment]:

@@ -114,7 +114,7 @@ async def test_trial_job_ids_of_a_long_experiment_id_stay_valid_job_ids(sweep):
     assert len(trials) == 2 and len(set(trials.values())) == 2
     for index, job_id in trials.items():
         assert len(job_id) <= 63 and job_id.endswith(f"-t{index}")
-        assert (await sweep.jobs.get(f"jobs/{job_id}")).experiment == f"experiments/{long_id}"
+        assert (await sweep.jobs.get(f"jobs/{job_id}", caller=LOCAL)).experiment == f"experiments/{long_id}"
 
 
 async def test_a_repeated_request_id_returns_the_first_experiment_and_a_taken_id_is_refused(sweep):
@@ -126,7 +126,7 @@ async def test_a_repeated_request_id_returns_the_first_experiment_and_a_taken_id
         await sweep.create(make_experiment(lrs=(9.0,)), "", request_id="req-1", caller=LOCAL)
     with pytest.raises(errors.AlreadyExists, match="^request_id: already used by a different request"):
         await sweep.create(make_experiment(), "named", request_id="req-1", caller=LOCAL)
-    assert [e.name for e in (await sweep.list(0, "", []))[0]] == [first.name]
+    assert [e.name for e in (await sweep.list(0, "", [], caller=LOCAL))[0]] == [first.name]
     with pytest.raises(errors.AlreadyExists):
         await sweep.create(make_experiment(), first.name.removeprefix("experiments/"), caller=LOCAL)
 
@@ -139,7 +139,7 @@ async def test_ending_trials_starts_the_next_ones_and_the_best_trial_wins(sweep)
         for index, job in sorted(trials.items()):
             if job.state == J.JOB_STATE_QUEUED:
                 await _finish(sweep, job, accs[index])
-    exp = await sweep.get("experiments/sweep-b")
+    exp = await sweep.get("experiments/sweep-b", caller=LOCAL)
     assert exp.state == E.EXPERIMENT_STATE_SUCCEEDED and exp.end_time.seconds > 0
     assert [(c.state, c.count) for c in exp.trials_by_state] == [(J.JOB_STATE_SUCCEEDED, 4)]
     assert exp.best_trial.job == "jobs/sweep-b-t1"
@@ -151,13 +151,13 @@ async def test_min_mode_picks_the_smallest_and_no_metric_at_all_fails_the_experi
     await sweep.create(make_experiment(lrs=(0.1, 0.2), mode=common_pb2.METRIC_MODE_MIN), "sweep-min", caller=LOCAL)
     for index, job in (await _trials(sweep, "sweep-min")).items():
         await _finish(sweep, job, [0.3, 0.2][index])
-    exp = await sweep.get("experiments/sweep-min")
+    exp = await sweep.get("experiments/sweep-min", caller=LOCAL)
     assert exp.best_trial.job == "jobs/sweep-min-t1" and exp.best_trial.metric_value == pytest.approx(0.2)
 
     await sweep.create(make_experiment(lrs=(0.1,)), "sweep-none", caller=LOCAL)
     for job in (await _trials(sweep, "sweep-none")).values():
         await _finish(sweep, job, None, end=J.JOB_STATE_FAILED)
-    exp = await sweep.get("experiments/sweep-none")
+    exp = await sweep.get("experiments/sweep-none", caller=LOCAL)
     assert exp.state == E.EXPERIMENT_STATE_FAILED and "none reported" in exp.state_reason
     assert not exp.HasField("best_trial")
 
@@ -181,7 +181,7 @@ async def test_a_claim_whose_job_was_never_created_is_created_once_by_reconcile(
     await sweep.reconcile()
     trials = await sweep.store.trials("sweep-d")
     assert trials == {0: "sweep-d-t0", 1: "sweep-d-t1", 2: "sweep-d-t2"}
-    jobs, _ = await sweep.jobs.list(100, "", [], {}, "experiments/sweep-d", "")
+    jobs, _ = await sweep.jobs.list(100, "", [], {}, "experiments/sweep-d", "", caller=LOCAL)
     assert sorted(j.name for j in jobs) == ["jobs/sweep-d-t0", "jobs/sweep-d-t1", "jobs/sweep-d-t2"]
 
 
@@ -212,51 +212,51 @@ async def test_reconcile_carries_out_an_asha_stop_decided_before_a_crash(sweep, 
 
 async def test_cancel_cancels_waiting_trials_and_creates_no_more(sweep):
     await sweep.create(make_experiment(lrs=(0.1, 0.2, 0.3, 0.4), max_concurrent=2), "sweep-f", caller=LOCAL)
-    exp = await sweep.cancel("experiments/sweep-f", "enough")
+    exp = await sweep.cancel("experiments/sweep-f", "enough", caller=LOCAL)
     assert exp.state == E.EXPERIMENT_STATE_CANCELLED and exp.state_reason == "enough"
     await asyncio.gather(*sweep._tasks)
     trials = await _trials(sweep, "sweep-f")
     assert sorted(trials) == [0, 1]
     assert {job.state for job in trials.values()} == {J.JOB_STATE_CANCELLED}
-    assert (await sweep.cancel("experiments/sweep-f")).state_reason == "enough"
-    await sweep.delete("experiments/sweep-f")
+    assert (await sweep.cancel("experiments/sweep-f", caller=LOCAL)).state_reason == "enough"
+    await sweep.delete("experiments/sweep-f", caller=LOCAL)
     with pytest.raises(errors.NotFound):
-        await sweep.get("experiments/sweep-f")
+        await sweep.get("experiments/sweep-f", caller=LOCAL)
     assert await sweep.jobs.store.get("sweep-f-t0") is None
 
 
 async def test_deleting_a_running_experiment_is_refused(sweep):
     await sweep.create(make_experiment(), "sweep-g", caller=LOCAL)
     with pytest.raises(errors.FailedPrecondition):
-        await sweep.delete("experiments/sweep-g")
+        await sweep.delete("experiments/sweep-g", caller=LOCAL)
 
 
 async def test_list_is_newest_first_with_stable_pages_and_a_state_filter(sweep):
     for i in range(5):
         await sweep.create(make_experiment(lrs=(0.1,)), f"list-{i}", caller=LOCAL)
         await asyncio.sleep(0.002)
-    await sweep.cancel("experiments/list-3")
-    page, token = await sweep.list(2, "", [])
+    await sweep.cancel("experiments/list-3", caller=LOCAL)
+    page, token = await sweep.list(2, "", [], caller=LOCAL)
     assert [e.name for e in page] == ["experiments/list-4", "experiments/list-3"]
     await sweep.create(make_experiment(lrs=(0.1,)), "list-new", caller=LOCAL)
-    page, token = await sweep.list(2, token, [])
+    page, token = await sweep.list(2, token, [], caller=LOCAL)
     assert [e.name for e in page] == ["experiments/list-2", "experiments/list-1"]
-    cancelled, _ = await sweep.list(10, "", [E.EXPERIMENT_STATE_CANCELLED])
+    cancelled, _ = await sweep.list(10, "", [E.EXPERIMENT_STATE_CANCELLED], caller=LOCAL)
     assert [e.name for e in cancelled] == ["experiments/list-3"]
     with pytest.raises(errors.InvalidArgument):
-        await sweep.list(2, "garbage", [])
+        await sweep.list(2, "garbage", [], caller=LOCAL)
 
 
 async def test_list_coerces_a_large_page_size_and_binds_tokens_to_their_filters(sweep):
     for i in range(3):
         await sweep.create(make_experiment(lrs=(0.1,)), f"aip-{i}", caller=LOCAL)
-    page, token = await sweep.list(paging.MAX_PAGE_SIZE + 1, "", [])
+    page, token = await sweep.list(paging.MAX_PAGE_SIZE + 1, "", [], caller=LOCAL)
     assert len(page) == 3 and token == "", "above the maximum is coerced, not rejected (AIP-158)"
-    _, token = await sweep.list(1, "", [E.EXPERIMENT_STATE_RUNNING])
+    _, token = await sweep.list(1, "", [E.EXPERIMENT_STATE_RUNNING], caller=LOCAL)
     assert token
     with pytest.raises(errors.InvalidArgument, match="other filters"):
-        await sweep.list(1, token, [])
-    page, _ = await sweep.list(1, token, [E.EXPERIMENT_STATE_RUNNING])
+        await sweep.list(1, token, [], caller=LOCAL)
+    page, _ = await sweep.list(1, token, [E.EXPERIMENT_STATE_RUNNING], caller=LOCAL)
     assert len(page) == 1
 
 
@@ -267,7 +267,7 @@ async def test_list_pages_of_large_experiments_end_early_by_bytes(sweep):
         await sweep.create(experiment, f"big-{i}", caller=LOCAL)
     names, token, pages = [], "", 0
     while True:
-        page, token = await sweep.list(0, token, [])
+        page, token = await sweep.list(0, token, [], caller=LOCAL)
         names += [e.name for e in page]
         pages += 1
         if not token:
@@ -325,5 +325,5 @@ async def test_the_best_checkpoint_is_kept_as_offered_so_reading_replays_no_even
     await sweep.on_checkpoint(job.name, 1, common_pb2.Checkpoint(uri="mem://no-metric", epoch=5))
     # Reading the experiment needs none of the trial's events.
     await client.delete(keys.events(job.name.removeprefix("jobs/")))
-    best = (await sweep.get("experiments/sweep-ckpt")).best_trial
+    best = (await sweep.get("experiments/sweep-ckpt", caller=LOCAL)).best_trial
     assert best.job == job.name and best.checkpoint.uri == "mem://epoch-2"

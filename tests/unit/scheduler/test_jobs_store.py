@@ -30,7 +30,7 @@ async def test_create_writes_record_indexes_queue_and_first_event(manager, raw_r
     assert await raw_redis.zscore(keys.queue(), "alpha") is not None
     assert await raw_redis.sismember(keys.state_set(J.JOB_STATE_QUEUED), "alpha")
     assert await raw_redis.zcard(keys.by_time()) == 1 and await raw_redis.zcard(keys.by_tenant("default")) == 1
-    events = [e async for e in _take(manager.watch("jobs/alpha", 0), 1)]
+    events = [e async for e in _take(manager.watch("jobs/alpha", 0, caller=LOCAL), 1)]
     assert events[0].sequence == 1 and events[0].state_change.to_state == J.JOB_STATE_QUEUED
 
 
@@ -42,7 +42,7 @@ async def test_update_refuses_to_change_the_state_which_only_transition_and_clai
     job.state = J.JOB_STATE_SUCCEEDED
     with pytest.raises(ValueError, match="transition"):
         await manager.update(record, job)
-    assert (await manager.get("jobs/keep")).state == J.JOB_STATE_QUEUED
+    assert (await manager.get("jobs/keep", caller=LOCAL)).state == J.JOB_STATE_QUEUED
 
 
 async def test_request_id_makes_create_idempotent(manager, raw_redis):
@@ -136,7 +136,7 @@ async def test_racing_transitions_only_one_wins(manager):
     )
     assert sum(isinstance(r, job_pb2.Job) for r in results) == 1
     assert sum(isinstance(r, IllegalTransition) for r in results) == 1
-    events = [e async for e in manager.watch("jobs/race", 0)]
+    events = [e async for e in manager.watch("jobs/race", 0, caller=LOCAL)]
     assert [e.sequence for e in events] == [1, 2]
 
 
@@ -148,10 +148,10 @@ async def test_cancel_queued_is_immediate_and_terminal_fires_hook(manager):
 
     manager.hooks.on_terminal(on_terminal)
     await manager.create(make_job(), job_id="c1", caller=LOCAL)
-    job = await manager.cancel("jobs/c1", "no longer needed")
+    job = await manager.cancel("jobs/c1", "no longer needed", caller=LOCAL)
     assert job.state == J.JOB_STATE_CANCELLED and job.state_reason == "no longer needed"
     assert seen == [("jobs/c1", J.JOB_STATE_CANCELLED)]
-    assert (await manager.cancel("jobs/c1")).state == J.JOB_STATE_CANCELLED  # unchanged
+    assert (await manager.cancel("jobs/c1", caller=LOCAL)).state == J.JOB_STATE_CANCELLED  # unchanged
 
 
 async def test_stop_early_of_a_queued_trial(manager):
@@ -164,25 +164,25 @@ async def test_stop_early_of_a_queued_trial(manager):
 async def test_delete_only_terminal_jobs_and_all_their_keys(manager, raw_redis):
     await manager.create(make_job(tenant="team-a"), job_id="d1", caller=LOCAL)
     with pytest.raises(errors.FailedPrecondition):
-        await manager.delete("jobs/d1")
-    await manager.cancel("jobs/d1")
-    await manager.delete("jobs/d1")
+        await manager.delete("jobs/d1", caller=LOCAL)
+    await manager.cancel("jobs/d1", caller=LOCAL)
+    await manager.delete("jobs/d1", caller=LOCAL)
     assert not await raw_redis.exists(keys.job("d1"), keys.events("d1"))
     assert await raw_redis.zcard(keys.by_time()) == 0 and await raw_redis.zcard(keys.by_tenant("team-a")) == 0
     assert await raw_redis.scard(keys.state_set(J.JOB_STATE_CANCELLED)) == 0
     with pytest.raises(errors.NotFound):
-        await manager.delete("jobs/d1")
+        await manager.delete("jobs/d1", caller=LOCAL)
 
 
 async def test_list_filters(manager):
     await manager.create(make_job(tenant="a", labels={"k": "x"}), job_id="j1", caller=LOCAL)
     await manager.create(make_job(tenant="b", labels={"k": "y"}), job_id="j2", caller=LOCAL)
     await manager.create_trial(make_job(tenant="a"), "experiments/e", {}, job_id="j3", caller=LOCAL)
-    await manager.cancel("jobs/j2")
+    await manager.cancel("jobs/j2", caller=LOCAL)
 
     async def names(**kw):
         args = {"page_size": 0, "page_token": "", "states": [], "labels": {}, "experiment": "", "tenant": ""} | kw
-        jobs, _ = await manager.list(**args)
+        jobs, _ = await manager.list(**args, caller=LOCAL)
         return [j.name for j in jobs]
 
     assert await names() == ["jobs/j3", "jobs/j2", "jobs/j1"]
@@ -195,7 +195,7 @@ async def test_list_filters(manager):
     with pytest.raises(errors.InvalidArgument, match="page_size"):
         await names(page_size=-1)
     assert await names(page_size=1001) == ["jobs/j3", "jobs/j2", "jobs/j1"], "above the maximum is coerced (AIP-158)"
-    _, token = await manager.list(1, "", [], {}, "", "a")
+    _, token = await manager.list(1, "", [], {}, "", "a", caller=LOCAL)
     assert token
     with pytest.raises(errors.InvalidArgument, match="page_token") as other_filters:
         await names(page_token=token, tenant="b")
@@ -208,7 +208,7 @@ async def test_pagination_is_stable_while_jobs_are_created(manager):
         await manager.create(make_job(), job_id=f"p{i:02d}", caller=LOCAL)
     seen, token = [], ""
     while True:
-        page, token = await manager.list(7, token, [], {}, "", "")
+        page, token = await manager.list(7, token, [], {}, "", "", caller=LOCAL)
         seen += [j.name for j in page]
         # Jobs created between pages are newer than every page so far: they must not shift pages.
         await manager.create(make_job(), caller=LOCAL)
@@ -220,7 +220,7 @@ async def test_pagination_is_stable_while_jobs_are_created(manager):
 async def test_watch_resumes_by_sequence_and_out_of_range_when_trimmed(manager):
     await manager.create(make_job(max_retries=0), job_id="w", caller=LOCAL)
     await manager.transition("w", J.JOB_STATE_CANCELLED, "done")
-    events = [e async for e in manager.watch("jobs/w", 1)]
+    events = [e async for e in manager.watch("jobs/w", 1, caller=LOCAL)]
     assert [e.sequence for e in events] == [2]
     assert events[0].state_change.to_state == J.JOB_STATE_CANCELLED
     # The fixture caps streams at 50 events: flood a job with metrics events to trim it.
@@ -230,7 +230,7 @@ async def test_watch_resumes_by_sequence_and_out_of_range_when_trimmed(manager):
         event = job_pb2.JobEvent(metrics={"step": 1})
         assert await manager.update(record, record.job, [event])
     with pytest.raises(errors.OutOfRange):
-        async for _ in manager.watch("jobs/long", 2):
+        async for _ in manager.watch("jobs/long", 2, caller=LOCAL):
             pass
 
 
@@ -292,12 +292,12 @@ async def test_claim_records_the_attempt_and_its_transition_in_one_place(manager
     record = await manager.store.get("cl")
     result = await manager.claim(record, "replica-a", 10_000, roomy)
     assert result.ok
-    job = await manager.get("jobs/cl")
+    job = await manager.get("jobs/cl", caller=LOCAL)
     assert job.state == J.JOB_STATE_STARTING and job.state_reason == "dispatched" and job.start_time.seconds
     assert [(a.number, a.state) for a in job.attempts] == [(1, J.JOB_STATE_STARTING)]
     assert (await manager.store.get("cl")).owner == "replica-a"
     assert await raw_redis.zscore(keys.leases(), "cl") is not None
-    events = [e async for e in _take(manager.watch("jobs/cl", 1), 1)]
+    events = [e async for e in _take(manager.watch("jobs/cl", 1, caller=LOCAL), 1)]
     assert (events[0].attempt, events[0].state_change.to_state) == (1, J.JOB_STATE_STARTING)
     assert (await manager.claim(record, "replica-b", 10_000, roomy)).status == "conflict", "a stale read loses"
     fresh = await manager.store.get("cl")
@@ -310,7 +310,7 @@ async def test_claim_records_the_attempt_and_its_transition_in_one_place(manager
                              delay_until_ms=0)
     assert await manager.store.promote_delayed() == 1  # its backoff (none) ended: back in the queue
     assert (await manager.claim(await manager.store.get("cl"), "replica-a", 10_000, roomy)).ok
-    job = await manager.get("jobs/cl")
+    job = await manager.get("jobs/cl", caller=LOCAL)
     assert job.state_reason == "retry 1" and job.attempts[1].resumed_from.step == 4
 
 
