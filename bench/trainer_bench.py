@@ -49,6 +49,7 @@ from google.protobuf import struct_pb2
 
 from bench import harness
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common.identity import LOCAL
 from paddleray.services.localstack.ray_head import AUTH_ENV, RayHead
 from paddleray.services.trainer.backend import MATH_THREAD_VARS
 
@@ -107,8 +108,8 @@ def _spec(config: dict, num_workers: int, background_commit: bool = False) -> co
 
 async def _run(trainer, config: dict, num_workers: int = 1, background_commit: bool = False) -> dict:
     """Starts a run, waits for it, and returns rank 0's timing report."""
-    record = await trainer.start_run(_spec(config, num_workers, background_commit))
-    while not (record := trainer.get_run(record.name)).terminal:
+    record = await trainer.start_run(_spec(config, num_workers, background_commit), caller=LOCAL)
+    while not (record := trainer.get_run(record.name, caller=LOCAL)).terminal:
         await asyncio.sleep(0.05)
     if record.state != "SUCCEEDED":
         raise RuntimeError(f"{record.name} ended {record.state}: {record.state_reason}")

@@ -6,17 +6,18 @@ rules: a checkpoint (init_from.checkpoint_uri, init_from.resolved_uri, resume_fr
 tenant, so only an admin may name one; a model version must be its tenant's (NOT_FOUND, as
 for one not exported, otherwise); datasets and a local working_dir stay out of the services'
 trees of the storage root (common.storage_paths). Paths the scheduler resolved are shown to
-admins only.
+admins only. The Trainer applies both (check at StartRun, shown on every run it answers with).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from paddleray.common.v1 import common_pb2
 from paddleray.services.common import errors, identity, names, storage_paths
 from paddleray.services.common.identity import Identity
-from paddleray.trainer.v1 import run_pb2
+from paddleray.services.trainer.runs import RunRecord
 
 
 def check(caller: Identity, spec: common_pb2.TrainingSpec, resume_from: common_pb2.Checkpoint | None,
@@ -43,8 +44,12 @@ def check(caller: Identity, spec: common_pb2.TrainingSpec, resume_from: common_p
     storage_paths.check_member_path(spec.runtime_env.working_dir, storage_root, "spec.runtime_env.working_dir", caller)
 
 
-def shown(caller: Identity, run: run_pb2.Run) -> run_pb2.Run:
-    """The run as the caller may see it (changed in place: a message built for this answer)."""
-    if run.spec.init_from.resolved_uri and not caller.is_admin:
-        run.spec.init_from.ClearField("resolved_uri")
-    return run
+def shown(caller: Identity, record: RunRecord) -> RunRecord:
+    """The run as the caller may see it: the record itself, or for a member a copy without
+    init_from.resolved_uri (a path in the shared storage root)."""
+    if not record.spec.init_from.resolved_uri or caller.is_admin:
+        return record
+    spec = common_pb2.TrainingSpec()
+    spec.CopyFrom(record.spec)
+    spec.init_from.ClearField("resolved_uri")
+    return dataclasses.replace(record, spec=spec)

@@ -1,5 +1,10 @@
 """Trainer: the domain behind TrainerService (runs, stops, events, logs, cluster resources).
 
+The RPCs' operations take the caller (an argument named `caller`) and apply the tenant rules of
+common.identity and references.py: a run's tenant is the caller's credential's, or (for an
+admin: the scheduler's own service credential) the one asked for, the job's tenant; another
+tenant's run is NOT_FOUND, as a missing one; a read-only caller may not start or stop runs.
+
 Everything runs on the service's event loop; Ray calls that block are awaited as object
 refs or pushed to a thread.
 """
@@ -13,7 +18,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +26,11 @@ from typing import Any
 import ray
 
 from paddleray.common.v1 import common_pb2
-from paddleray.services.common import errors, idempotency, names, paging, ray_private
+from paddleray.services.common import errors, idempotency, identity, names, paging, ray_private
+from paddleray.services.common.identity import Identity
 from paddleray.services.common.ray_connection import RayConnection, in_daemon_thread
 from paddleray.services.common.storage import is_uri
-from paddleray.services.trainer import runs
+from paddleray.services.trainer import references, runs
 from paddleray.services.trainer.context import RunPaths
 from paddleray.services.trainer.executor import RunExecutor
 from paddleray.services.trainer.logs import LogLine, LogReader, next_batch
@@ -181,10 +187,28 @@ class Trainer:
         timeout_s: float | None = None,
         resume_from: common_pb2.Checkpoint | None = None,
         labels: dict[str, str] | None = None,
-        tenant: str = "default",
-        fingerprint: str = "",
+        tenant: str = "",
+        fingerprint: Callable[[str], str] | None = None,
+        *,
+        caller: Identity,
     ) -> runs.RunRecord:
-        """fingerprint: of the request (common/idempotency.py); a repeated request_id must repeat it."""
+        """StartRun, as caller. tenant: the one asked for ('' = caller's). fingerprint: of the
+        request given the tenant it resolves to (common/idempotency.py); a repeated request_id
+        must repeat it, and must be caller's tenant's."""
+        identity.require_write(caller, "StartRun")
+        tenant = identity.tenant_for_write(caller, tenant, "tenant")
+        references.check(caller, spec, resume_from, self.storage_root)
+        record = await self._start_run(spec, run_id, request_id, job, timeout_s, resume_from, labels, tenant,
+                                       fingerprint(tenant) if fingerprint is not None else "")
+        if record.tenant != tenant:
+            # A repeated request_id returns the run first started with it: not another tenant's.
+            raise idempotency.reused()
+        return references.shown(caller, record)
+
+    async def _start_run(
+        self, spec: common_pb2.TrainingSpec, run_id: str, request_id: str, job: str, timeout_s: float | None,
+        resume_from: common_pb2.Checkpoint | None, labels: dict[str, str] | None, tenant: str, fingerprint: str,
+    ) -> runs.RunRecord:
         self._require_loaded()
         self.ray_connection.require()
         idempotency.check_request_id(request_id)
@@ -225,14 +249,27 @@ class Trainer:
         self._run_tasks[run_id] = self._spawn(self._execute(executor))
         return record
 
-    def get_run(self, name: str) -> runs.RunRecord:
+    def get_run(self, name: str, *, caller: Identity) -> runs.RunRecord:
+        """The run as caller may see it (references.shown)."""
+        return references.shown(caller, self._visible(name, caller))
+
+    def _visible(self, name: str, caller: Identity) -> runs.RunRecord:
+        """The run's (live) record, or NOT_FOUND (as for a missing run) when caller may not see its tenant."""
         self._require_loaded()
-        return self.registry.get(parse_run_name(name))
+        record = self.registry.get(parse_run_name(name))
+        identity.check_visible(caller, record.tenant, name)
+        return record
 
     def list_runs(
         self, page_size: int = 0, page_token: str = "", states: Sequence[RunState] = (), job: str = "",
-        tenant: str = "",
+        tenant: str = "", *, caller: Identity,
     ) -> tuple[list[runs.RunRecord], str]:
+        """A page of the runs of `tenant` ('' = all, admins only; identity.list_filter) as caller
+        may see them; an empty page when a member asks for another tenant's."""
+        narrowed = identity.list_filter(caller, tenant)
+        if narrowed is None:
+            return [], ""
+        tenant = narrowed
         self._require_loaded()
         size = paging.page_size(page_size)
         filters = {"states": [s.value for s in states], "job": job, "tenant": tenant}
@@ -247,31 +284,31 @@ class Trainer:
         budget = paging.ByteBudget()
         page = list(itertools.takewhile(lambda r: budget.take(r.spec.ByteSize()), records[:size]))
         more = len(records) > len(page)
-        return page, paging.encode_page_token(_position(page[-1]), filters) if more else ""
+        return [references.shown(caller, r) for r in page], paging.encode_page_token(_position(page[-1]), filters) if more else ""
 
-    async def stop_run(self, name: str, grace_s: float | None = None, reason: str = "") -> runs.RunRecord:
-        record = self.get_run(name)
+    async def stop_run(self, name: str, grace_s: float | None = None, reason: str = "", *,
+                       caller: Identity) -> runs.RunRecord:
+        identity.require_write(caller, "StopRun")
+        record = self._visible(name, caller)
         if grace_s is not None and grace_s < 0:
             raise errors.InvalidArgument("grace_period", "must be >= 0")
         executor = self._executors.get(record.run_id)
         if record.terminal or executor is None:
-            return record
+            return references.shown(caller, record)
         grace = self.settings.stop_grace_s if grace_s is None else grace_s
         executor.request_stop(RunState.STOPPED, reason or "stopped by StopRun", grace)
-        return record
+        return references.shown(caller, record)
 
-    def watch(self, name: str, after_sequence: int = 0) -> AsyncIterator[RunEvent]:
-        self._require_loaded()
-        run_id = parse_run_name(name)
-        self.registry.get(run_id)
+    def watch(self, name: str, after_sequence: int = 0, *, caller: Identity) -> AsyncIterator[RunEvent]:
+        run_id = self._visible(name, caller).run_id
         if after_sequence < 0:
             raise errors.InvalidArgument("after_sequence", "must be >= 0")
         return self.registry.watch(run_id, after_sequence)
 
     async def logs(
-        self, name: str, rank: int | None = None, tail_lines: int = 0, follow: bool = False
+        self, name: str, rank: int | None = None, tail_lines: int = 0, follow: bool = False, *, caller: Identity,
     ) -> AsyncIterator[list[LogLine]]:
-        record = self.get_run(name)
+        record = self._visible(name, caller)  # the live record: follow reads its state as it changes
         if tail_lines < 0:
             raise errors.InvalidArgument("tail_lines", "must be >= 0")
         world = record.world_size

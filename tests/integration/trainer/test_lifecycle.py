@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from paddleray.common.v1 import common_pb2
+from paddleray.services.common.identity import LOCAL
 from paddleray.services.trainer.records import FailureKind, RunState
 from paddleray.trainer.v1 import run_pb2, trainer_service_pb2
 
@@ -129,7 +130,7 @@ def test_trainer_shutdown_ends_active_runs_as_stopped(client, trainer, tmp_path)
 
     async def scenario():
         await own.start()  # this process is the Ray driver already: the trainer adopts it
-        record = await own.start_run(client.spec("ignore_stop"))
+        record = await own.start_run(client.spec("ignore_stop"), caller=LOCAL)
         while record.state != RunState.RUNNING:
             await asyncio.sleep(0.05)
         await own.shutdown()
@@ -160,7 +161,7 @@ def test_an_unplaceable_run_says_what_it_lacks_and_shutdown_frees_its_reservatio
 
     async def scenario():
         await own.start()  # this process is the Ray driver already: the trainer adopts it
-        record = await own.start_run(spec)
+        record = await own.start_run(spec, caller=LOCAL)
         while "48 CPU" not in record.state_reason:
             await asyncio.sleep(0.1)
         waiting = _waiting_placement_groups(48)
