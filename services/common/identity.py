@@ -16,6 +16,9 @@ LOCAL, an admin of the "default" tenant, what the services did before tenants ca
 credentials). Only servicers read it: each reads it once with `of_call()` and passes it, as an
 argument named `caller` with no default, to the domain calls that need it; no other module of
 services/ calls `of_call`, `acting_as` or `set_current` (tests/unit/test_explicit_caller.py).
+The rules below are applied by the domain (the scheduler's JobManager / ExperimentManager with
+scheduler/tenancy.py, the trainer's Trainer, the exporter's registry, exports and deployments),
+never by a servicer (tests/unit/test_tenancy_layer.py).
 Outside a call there is no caller: `of_call()` raises NoCaller instead of answering with an
 admin, and a domain call without a caller is a TypeError. A service's own background work that
 must act for someone names whom as that argument (the scheduler creates a sweep's trials with
