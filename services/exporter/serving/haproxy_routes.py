@@ -11,8 +11,12 @@ ModelMetadataRequest.name: field 1 of each), and Serve has no setting for its ro
 adds rules to the gRPC frontend of the config Serve wrote, for calls that carry no
 `application` only (calls that do are routed as before, by Serve's own rules):
 
-- a call whose message starts with field 1 = a served app's name goes to that app's backend,
-  the model's replicas, as if it had named the app (no hop). A gRPC message is 1 byte of
+- a call whose message starts with field 1 = a served app's name is given that app's
+  `application` metadata, so Serve's own rule sends it to the app's backend: the model's
+  replicas (no hop), or the backend's backup server, Serve's fallback proxy, while HAProxy holds
+  every replica down (a health check timed out under load, the checks after a reload, a replica
+  being replaced). That proxy routes by `application` only: a call routed by name alone was
+  answered NOT_FOUND "Application metadata not set" there. A gRPC message is 1 byte of
   compression flag (0: plain), 4 of length, then the protobuf; a protobuf whose first bytes are
   0x0a, len, name has name as its field 1, so a match is never another model's call. Protobuf
   serializers write fields in field-number order (all the stock ones do); a client that does
@@ -83,8 +87,8 @@ def route_by_model_name(config: str) -> str:
     if bind is None:
         return config
     has_server = default.group(1) == SERVER_BACKEND or any(b == SERVER_BACKEND for b, _ in apps)
-    prefixes = {backend: field_one(app) for backend, app in apps if backend != SERVER_BACKEND}
-    longest = max((len(p) for p in prefixes.values()), default=0)
+    prefixes = {backend: (app, field_one(app)) for backend, app in apps if backend != SERVER_BACKEND}
+    longest = max((len(p) for _, p in prefixes.values()), default=0)
     # Before Serve's own http-request rules (HAProxy runs them all before any use_backend).
     checks = [_MARK, "    acl pr_has_app req.hdr(application) -m found\n",
               f"    acl pr_v2 path_beg /{INFERENCE_SERVICE}/\n"]
@@ -92,9 +96,11 @@ def route_by_model_name(config: str) -> str:
         checks.append(f"    http-request wait-for-body time {WAIT_S}s at-least {5 + longest} if !pr_has_app pr_v2\n")
         checks.append("    acl pr_plain req.body,bytes(0,1) -m bin 00\n")
     routes = [_MARK]
-    for backend, prefix in prefixes.items():
+    for backend, (app, prefix) in prefixes.items():
         checks.append(f"    acl pr_names_{backend} req.body,bytes(5,{len(prefix)}) -m bin {prefix.hex()}\n")
-        routes.append(f"    use_backend {backend} if !pr_has_app pr_v2 pr_plain pr_names_{backend}\n")
+        # Evaluated at use_backend time, after every http-request rule: Serve's `is_<backend>`
+        # matches the header set here, and `pr_has_app` is then true for the rules after it.
+        checks.append(f"    http-request set-header application {app} if !pr_has_app pr_v2 pr_plain pr_names_{backend}\n")
     # After Serve's own per-app rules: a call whose `application` names a backend goes there.
     routes.append(f"    use_backend {SERVER_BACKEND if has_server else STARTING_BACKEND} if pr_v2\n")
     at_bind, at_default = start + bind.end() + 1, start + default.start()

@@ -59,7 +59,17 @@ print(json.dumps(out))
 '''
 
 
-def _serve(models: list[str], known: frozenset[str] = frozenset()):
+class _FallbackProxy(V2Servicer):
+    """Serve's gRPC proxy as HAProxy's backup server of an app's backend: it routes by the
+    `application` metadata only (ray.serve._private.proxy: not_found_response)."""
+
+    async def ModelInfer(self, request, context):
+        if "application" not in dict(context.invocation_metadata()):
+            await context.abort(grpc.StatusCode.NOT_FOUND, "Application metadata not set.")
+        return await super().ModelInfer(request, context)
+
+
+def _serve(models: list[str], known: frozenset[str] = frozenset(), servicer: type[V2Servicer] = V2Servicer):
     """A v2 gRPC server on a thread of its own: the replica of these models (none: the server
     app); (its port, a function that stops it)."""
     ready: list = []
@@ -77,7 +87,7 @@ def _serve(models: list[str], known: frozenset[str] = frozenset()):
         plane.swap({m: RoutedModel(m, {"1": RoutedVersion("1", 1.0, SIGNATURE, "test", runner(MODELS[m]), suspends=False)})
                     for m in models})
         server = grpc.aio.server()
-        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(V2Servicer(plane), server)
+        grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer(plane), server)
         ready.append(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
         await stop.wait()
@@ -95,12 +105,17 @@ def _serve(models: list[str], known: frozenset[str] = frozenset()):
     return ready[0], stopped
 
 
-def _config(folder: Path, port: int, backends: dict[str, int]) -> Path:
-    """The gRPC lines of Serve's template (Ray's module ray.serve._private.haproxy_templates) for these apps."""
+def _config(folder: Path, port: int, backends: dict[str, int], backups: dict[str, int] | None = None) -> Path:
+    """The gRPC lines of Serve's template (Ray's module ray.serve._private.haproxy_templates) for
+    these apps; an app in backups has that port as its backend's backup server (Serve's fallback
+    proxy)."""
     rules = "".join(f"    acl is_grpc-{app} req.hdr(application) -m str {app}\n    use_backend grpc-{app} if is_grpc-{app}\n"
                     for app in backends)
     servers = "".join(f"backend grpc-{app}\n    mode http\n    http-reuse always\n"
-                      f"    server {app}1 127.0.0.1:{p} proto h2\n" for app, p in backends.items())
+                      f"    server {app}1 127.0.0.1:{p} proto h2 check inter 200ms fall 1\n"
+                      + (f"    server {app}-fallback 127.0.0.1:{(backups or {})[app]} proto h2 backup\n"
+                         if app in (backups or {}) else "")
+                      for app, p in backends.items())
     config = folder / "haproxy.cfg"
     config.write_text(f"""global
     maxconn 64
@@ -271,3 +286,32 @@ def test_with_no_server_app_yet_every_v2_call_no_app_takes_is_unavailable(replic
         process.wait()
     assert missing[0] == grpc.StatusCode.UNAVAILABLE and "the server is starting" in missing[1], missing
     assert named[0] == grpc.StatusCode.INVALID_ARGUMENT or named[0] == grpc.StatusCode.OK, named  # reached digits
+
+
+def test_a_call_routed_by_name_reaches_the_fallback_proxy_with_its_application(replicas, tmp_path):
+    """While HAProxy holds an app's replicas down (a health check timed out under load, the first
+    checks after a reload), its backend sends calls to the backup server, Serve's fallback proxy,
+    which routes by `application` only: a header-less call routed by the model it names must
+    carry its app's `application` there (CI lost a tritonclient is_model_ready to NOT_FOUND
+    "Application metadata not set" this way)."""
+    fallback_port, stop_fallback = _serve(["wide"], servicer=_FallbackProxy)
+    try:
+        port = free_port()
+        # The wide app's only replica is down (nothing listens on its port): the backup answers.
+        backends = {**replicas, "wide": free_port()}
+        config = _config(tmp_path, port, backends, backups={"wide": fallback_port})
+        assert haproxy_routes.rewrite_config(["-db", "-f", str(config)])
+        process = _haproxy(config, port)
+        try:
+            time.sleep(1)  # the replica's health check marks it down
+            without = _infer_code(port, "wide", None)
+            with_header = _infer_code(port, "wide", "wide")
+            digits = _infer_code(port, "digits", None)
+        finally:
+            process.kill()
+            process.wait()
+    finally:
+        stop_fallback()
+    # The test servers answer INVALID_ARGUMENT to an input-less request: the model's own answer.
+    assert without[0] == with_header[0] == grpc.StatusCode.INVALID_ARGUMENT, (without, with_header)
+    assert digits[0] == grpc.StatusCode.INVALID_ARGUMENT, digits
