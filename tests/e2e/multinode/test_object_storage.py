@@ -154,6 +154,13 @@ def test_a_model_is_exported_to_the_object_store_and_served_from_it(s3_nodes, s3
             client.exporter.delete_deployment(MODEL)
             client.exporter.wait_deleted(MODEL, timeout=180)
 
+        # Deleted, its objects go with it: nothing of the version, then of the model, stays.
+        client.exporter.delete_model_version(done.name)
+        assert not [k for k in s3_server.keys(bucket, prefix) if not k.endswith("/")], "the version's objects are deleted"
+        client.exporter.delete_model(MODEL)
+        left = [k for k in s3_server.keys(bucket, f"paddleray/models/{MODEL}/") if not k.endswith("/")]
+        assert not left, f"the model's objects are deleted: {left}"
+
 
 def test_ranks_on_two_nodes_read_an_s3_dataset_through_get_dataset_shard(s3_nodes, s3_server):
     cluster, bucket, _ = s3_nodes
