@@ -84,7 +84,9 @@ class PaddleBackend:
     async def on_start(self, workers: Sequence[Any]) -> None:
         """workers: the actor handles by rank (each a worker.WorkerActor)."""
         if len(workers) < 2:
-            await asyncio.gather(*(w.set_device.remote(self.config.device) for w in workers))
+            # A new worker is on CPU already (worker.WorkerActor): only a GPU needs a call.
+            if self.config.use_gpu:
+                await asyncio.gather(*(w.set_device.remote(self.config.device) for w in workers))
             return
         # A free port found on each worker's own node, not on the driver's.
         endpoints = await asyncio.gather(*(w.reserve_endpoint.remote() for w in workers))

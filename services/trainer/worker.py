@@ -17,16 +17,19 @@ import contextlib
 import importlib
 import os
 import queue
+import re
 import socket
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from paddleray.services.common import ray_private
 from paddleray.services.common.call_state import fresh_call
 from paddleray.services.common.gpu_env import gpu_process_env, probe_gpu_memory_mb
 from paddleray.services.common.ray_connection import start_daemon_thread
@@ -36,6 +39,12 @@ from paddleray.services.trainer.context import ContextSpec, Report, TrainContext
 from paddleray.services.trainer.logs import capture_output
 from paddleray.services.trainer.records import MAX_TRACEBACK_CHARS, WorkerInfo
 
+# Ray imports its worker module (this one, the actor's class) before it first deserializes
+# anything: from here on Ray's pyarrow/pydantic/starlette serializers wait for those modules.
+ray_private.defer_serialization_addons()
+
+# What Ray's runtime_env leaves of a reference to a variable that is not set: nothing.
+_UNSET_REFERENCE = re.compile(r"\$\{[A-Z0-9_]+\}")
 # The bound of a failure's traceback in the contract (common.v1.Failure.traceback).
 _TRACEBACK_CHARS = MAX_TRACEBACK_CHARS
 # Reports wait in the actor until the trainer polls them. A rank that reports faster than the
@@ -64,7 +73,12 @@ class Poll:
 
 
 class WorkerActor:
-    def __init__(self, num_gpus: float = 0.0, has_working_dir: bool = False) -> None:
+    def __init__(
+        self, num_gpus: float = 0.0, has_working_dir: bool = False, env_vars: Mapping[str, str] | None = None
+    ) -> None:
+        # The run's env vars that the trainer did not give Ray's runtime_env (worker_group.split_env):
+        # set first, as if they had been there when the process started.
+        apply_env(env_vars or {})
         if num_gpus > 0:
             gpu_ids = ray.get_gpu_ids()
             total = probe_gpu_memory_mb(str(gpu_ids[0])) if num_gpus < 1 and gpu_ids else None
@@ -214,6 +228,17 @@ class WorkerActor:
                 f"entrypoint module {module.__name__!r} was loaded from {origin or 'no file'}, not from the "
                 f"job's package ({self._working_dir}); only modules of the package or the allowlist may run"
             )
+
+
+def apply_env(env_vars: Mapping[str, str]) -> None:
+    """Sets env vars as Ray's runtime_env does (`${NAME}` expands to the current value, or to
+    nothing), and puts a PYTHONPATH's entries on sys.path where the interpreter would have put
+    them at start: after the script's directory, in order, ahead of site-packages."""
+    for name, value in env_vars.items():
+        os.environ[name] = _UNSET_REFERENCE.sub("", os.path.expandvars(value))
+    if "PYTHONPATH" in env_vars:
+        entries = list(dict.fromkeys(entry for entry in os.environ["PYTHONPATH"].split(os.pathsep) if entry))
+        sys.path[1:] = [*entries, *(entry for entry in sys.path[1:] if entry not in entries)]
 
 
 def _imported_paddle() -> Any | None:

@@ -25,7 +25,7 @@ from paddleray.services.common.ray_connection import free_in_daemon_thread, in_d
 from paddleray.services.trainer import metrics
 from paddleray.services.trainer.backend import PaddleBackend, PaddleBackendConfig
 from paddleray.services.trainer.records import WorkerInfo
-from paddleray.services.trainer.spec import GroupSpec, WorkerResources
+from paddleray.services.trainer.spec import EnvSpec, GroupSpec, WorkerResources
 from paddleray.services.trainer.worker import WorkerActor
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,34 @@ def bundle(resources: WorkerResources) -> dict[str, float]:
     return entries
 
 
+# Variables that only take effect when set before the process starts (the dynamic loader's,
+# the interpreter's, the C library's allocator and locale, Ray's core worker's), or that Ray
+# itself sets per worker (device visibility): only Ray's runtime_env sets them in time.
+_AT_START_PREFIXES = ("LD_", "PYTHON", "RAY_", "MALLOC_", "GLIBC_", "LC_")
+_AT_START_NAMES = frozenset({"LANG", "TZ", "TMPDIR"})
+
+
+def _set_at_start(name: str) -> bool:
+    if name == "PYTHONPATH":  # the worker puts its entries on sys.path (worker.apply_env)
+        return False
+    return name.startswith(_AT_START_PREFIXES) or name in _AT_START_NAMES or "VISIBLE_" in name
+
+
+def split_env(env: EnvSpec) -> tuple[dict[str, Any], dict[str, str]]:
+    """(Ray's runtime_env for the actors, the env vars each worker sets itself in __init__).
+
+    Any runtime_env makes Ray start a worker through its setup_worker.py shim: a whole extra
+    Python interpreter importing Ray (about 0.3 core-s here) plus a round trip to the node's
+    runtime-env agent, per worker, and no prestarted worker fits it (bench concurrency). Env
+    vars alone need none of that: the worker sets them before it runs anything of the run's,
+    as Ray would. A working_dir or image still goes through Ray, and so do the env vars then
+    and whenever one of them must be set before the process starts.
+    """
+    if env.working_dir or env.image or any(_set_at_start(name) for name, _ in env.env_vars):
+        return env.to_ray(), {}
+    return {}, dict(env.env_vars)
+
+
 def actor_options(
     spec: GroupSpec, group: PlacementGroup | None, rank: int, runtime_env: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -64,7 +92,7 @@ def actor_options(
         "num_gpus": resources.num_gpus,
         "max_concurrency": _ACTOR_CONCURRENCY,
         "max_restarts": 0,
-        "runtime_env": (runtime_env if runtime_env is not None else spec.env.to_ray()) or None,
+        "runtime_env": (runtime_env if runtime_env is not None else split_env(spec.env)[0]) or None,
     }
     if resources.memory_bytes:
         options["memory"] = resources.memory_bytes
@@ -114,7 +142,7 @@ class WorkerGroup:
 
     async def start(self, backend_config: PaddleBackendConfig) -> None:
         """Starts the actors (Paddle imported in each) and joins them into one collective group."""
-        runtime_env = self.spec.env.to_ray()
+        runtime_env, env_vars = split_env(self.spec.env)
         if self.spec.env.working_dir:
             runtime_env = await in_daemon_thread(functools.partial(ray_private.upload_working_dir, runtime_env))
         actor_class = _worker_actor_class()
@@ -122,7 +150,7 @@ class WorkerGroup:
         def create() -> list[Any]:
             return [
                 actor_class.options(**actor_options(self.spec, self.placement, rank, runtime_env)).remote(
-                    self.spec.resources.num_gpus, bool(self.spec.env.working_dir)
+                    self.spec.resources.num_gpus, bool(self.spec.env.working_dir), env_vars
                 )
                 for rank in range(self.spec.num_workers)
             ]

@@ -191,6 +191,28 @@ def test_working_dir_and_env_vars_reach_the_workers(client, trainer, tmp_path, m
     assert idle_with_working_dir == [], "groups with a working_dir are not kept warm"
 
 
+@pytest.mark.parametrize("extra,through_ray", [({}, False), ({"LD_BIND_NOW": "1"}, True)])
+def test_env_vars_reach_the_workers_without_a_ray_runtime_env_unless_one_must_be_set_at_start(client, extra, through_ray):
+    spec = client.spec("env_seen")
+    spec.runtime_env.env_vars.update({"RUN_FLAG": "7", "RUN_EXPANDED": "${PATH}:tail", **extra})
+    run = client.wait_done(client.stub.StartRun(trainer_service_pb2.StartRunRequest(spec=spec)).run.name)
+    assert run.state == run_pb2.RUN_STATE_SUCCEEDED, run.state_reason
+    seen = run.latest_metrics.metrics
+    assert seen["flag"] == 7.0 and seen["expanded"] == 1.0
+    assert seen["ray_runtime_env"] == float(through_ray)
+    if not through_ray:  # PYTHONPATH's entries come first, as the interpreter would have put them
+        assert seen["worker_code_first"] == 1.0
+
+
+def test_a_worker_imports_no_arrow_or_pydantic_until_its_code_does_and_then_has_rays_serializers(client):
+    run = client.wait_done(client.start("serialization_addons").name)
+    assert run.state == run_pb2.RUN_STATE_SUCCEEDED, run.state_reason
+    seen = run.latest_metrics.metrics
+    assert {k: v for k, v in seen.items() if k.endswith("_before")} == {
+        "numpy_before": 0.0, "pyarrow_before": 0.0, "pydantic_before": 0.0, "starlette_before": 0.0}
+    assert seen["arrow_serializer_after"] == 1.0
+
+
 def test_runs_survive_a_trainer_restart(client, trainer):
     done = client.wait_done(client.start("hello", {"lines": 0}).name)
     before = [r.event for r in client.stub.WatchRun(trainer_service_pb2.WatchRunRequest(name=done.name))]

@@ -103,3 +103,41 @@ def test_a_passthrough_service_is_registered_unrouted_on_serves_grpc_server():
 
     asyncio.run(register())
     assert routed == []  # a routed service would have asked the factory for its handlers
+
+
+def test_rays_serialization_context_calls_the_addons_that_defer_serialization_addons_replaces():
+    from ray._private import serialization, worker
+    from ray.util import serialization_addons
+
+    assert list(inspect.signature(serialization_addons.apply).parameters) == ["serialization_context"]
+    assert "serialization_addons.apply(self)" in inspect.getsource(serialization.SerializationContext.__init__)
+    assert worker.WORKER_MODE != worker.SCRIPT_MODE
+
+
+def test_serialization_addons_are_deferred_only_in_a_ray_worker_process():
+    from ray.util import serialization_addons
+
+    from paddleray.services.common import ray_private
+
+    before = serialization_addons.apply
+    assert ray_private.defer_serialization_addons() is False  # a test process is no Ray worker
+    assert serialization_addons.apply is before
+
+
+def test_the_after_import_hook_runs_once_right_after_its_module_is_executed(tmp_path, monkeypatch):
+    import sys
+
+    from paddleray.services.common import ray_private
+
+    (tmp_path / "addon_target.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[object] = []
+    hook = ray_private._AfterImport(frozenset({"addon_target"}), lambda: seen.append(sys.modules["addon_target"].VALUE))
+    monkeypatch.setattr(sys, "meta_path", [hook, *sys.meta_path])
+    monkeypatch.delitem(sys.modules, "addon_target", raising=False)
+    import addon_target
+
+    assert addon_target.VALUE == 42 and seen == [42]
+    import json  # other modules are found as before, with no call
+
+    assert json.dumps(1) == "1" and seen == [42]

@@ -115,3 +115,25 @@ def imports_paddle(config, ctx):
     total = float(paddle.to_tensor([1.0, 2.0]).sum())
     ctx.report({"paddle_before_call": float(imported_before), "sum": total,
                 "on_cpu": float(paddle.get_device() == "cpu"), "gpus_visible": float(bool(os.environ.get("CUDA_VISIBLE_DEVICES")))})
+
+
+def env_seen(config, ctx):
+    """The env vars the run asked for as the rank sees them, and whether Ray started its process
+    with a runtime env (which costs a setup_worker shim process per worker)."""
+    import ray
+
+    ctx.report({"flag": float(os.environ.get("RUN_FLAG", "nan")),
+                "expanded": float(os.environ.get("RUN_EXPANDED", "").endswith(":tail")),
+                "ray_runtime_env": float(bool(ray.get_runtime_context().runtime_env)),
+                "worker_code_first": float(sys.path.index(str(Path(__file__).parent)) == 1)})
+
+
+def serialization_addons(config, ctx):
+    """Whether Ray's serialization addons' modules were imported before this code ran, and
+    whether Ray's arrow serializer is registered once the code imports pyarrow."""
+    before = {name: float(name in sys.modules) for name in ("numpy", "pyarrow", "pydantic", "starlette")}
+    import pyarrow
+    import ray.cloudpickle
+
+    ctx.report({**{f"{name}_before": value for name, value in before.items()},
+                "arrow_serializer_after": float(pyarrow.Table in ray.cloudpickle.CloudPickler.dispatch)})
