@@ -51,6 +51,10 @@ NODES, NODE_CPUS = 2, 2
 # Job states whose first event times split the first-metric latency (Level._split).
 _PHASES = {2: "starting", 3: "running"}  # JOB_STATE_STARTING, JOB_STATE_RUNNING
 PACKING_FRACTIONS = (1.0, 0.5, 0.25)
+# Overrides the levels (comma-separated run counts, smallest first): every live run is a Ray
+# worker process of its own (~100 MB), so a host with less memory than the largest level needs
+# runs a smaller largest level (the result's params say which levels ran).
+LEVELS_ENV = "PADDLERAY_BENCH_CONCURRENCY_LEVELS"
 
 
 def _job(config: dict, cpus: float, custom: dict[str, float] | None = None):
@@ -129,6 +133,7 @@ class Level:
             await asyncio.sleep(self.window_s)
             cpu1, events1, t1 = trainer.cpu_s(), self.events, time.perf_counter()
             live_rss, live_redis = trainer.rss(), redis.info("memory")["used_memory"]
+            host_used = _host_memory_used()
             self.release.touch()
             await asyncio.gather(*watches)
             ended = time.perf_counter()
@@ -144,6 +149,7 @@ class Level:
             "trainer_cpu_per_run": round((cpu1 - cpu0) / (t1 - t0) / self.n, 5),
             "trainer_mem_per_run_mb": round(max(live_rss - base_rss, 0) / self.n / 2**20, 3),
             "trainer_rss_mb": round(live_rss / 2**20, 1),
+            "host_mem_used_gb": round(host_used / 2**30, 2),
             "redis_bytes_per_job": round((live_redis - base_redis) / self.n, 1),
             "watch_events_per_s": round((events1 - events0) / (t1 - t0), 1),
             "wall_s": round(ended - first_submit, 3),
@@ -195,6 +201,12 @@ class _Process:
                 continue
             total += int(fields[11]) + int(fields[12])
         return total / os.sysconf("SC_CLK_TCK")
+
+
+def _host_memory_used() -> int:
+    """The host's memory in use (MemTotal - MemAvailable, what `free` calls used), in bytes."""
+    fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()}
+    return fields["MemTotal"] - fields["MemAvailable"]
 
 
 def _redis(state):
@@ -259,6 +271,8 @@ def run(quick: bool, smoke: bool = False) -> dict:
 
     levels, rounds, window_s, packing_batch = (([2, 4], 1, 0.5, 2) if smoke else ([10, 50], 1, 3.0, 8) if quick
                                                else ([10, 50, 200], 2, 5.0, 8))
+    if os.environ.get(LEVELS_ENV):  # a host without the memory for the largest level's processes
+        levels = [int(n) for n in os.environ[LEVELS_ENV].split(",")]
     # The smoke run (CI) keeps its minutes small: two packing fractions (the whole CPU and the
     # smallest) and short pauses; a handful of 0.01-CPU warm groups hold next to nothing, and
     # idle ones are evicted for a run that waits for their CPUs.
@@ -305,7 +319,7 @@ def run(quick: bool, smoke: bool = False) -> dict:
     ratios: dict[str, float | None] = {key: harness.median(values) for key, values in per_round.items()}
     keys = ("dispatch_per_s", "first_metric_p50_s", "first_metric_p99_s", "trainer_cpu_per_run", "trainer_mem_per_run_mb",
             "redis_bytes_per_job", "watch_events_per_s", "wall_s", "queue_wait_p50_s", "queue_wait_p99_s", "start_p50_s",
-            "start_p99_s", "first_report_p50_s", "first_report_p99_s")
+            "start_p99_s", "first_report_p50_s", "first_report_p99_s", "host_mem_used_gb")
     metrics: dict = {f"{key}_at_{n}": harness.median([curve[i][key] for curve in curves])
                      for i, n in enumerate(levels) for key in keys}
     metrics["tune_wall_s"] = [round(t["wall_s"], 3) for t in tune]
