@@ -33,7 +33,8 @@ from paddleray.services.scheduler import asha, keys, search, tenancy
 from paddleray.services.scheduler.experiment_store import ExperimentRecord, ExperimentStore
 from paddleray.services.scheduler.experiment_validation import MAX_DISPLAY_NAME, validate_experiment
 from paddleray.services.scheduler.hooks import JobHooks
-from paddleray.services.scheduler.jobs import JobManager, is_terminal, now_ts
+from paddleray.services.scheduler.job_states import is_terminal, now_ts
+from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.store import now_ms
 
 log = logging.getLogger(__name__)

@@ -28,14 +28,14 @@ from paddleray.services.common import errors, states
 from paddleray.services.common.cancellation import cancelling, raise_if_cancelled
 from paddleray.services.common.logs import log_context
 from paddleray.services.scheduler import metrics
-from paddleray.services.scheduler.jobs import (
+from paddleray.services.scheduler.job_states import (
     ACTIVE_STATES,
     STOP_INTENTS,
     IllegalTransition,
-    JobManager,
     LeaseLost,
     now_ts,
 )
+from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.settings import SchedulerSettings
 from paddleray.services.scheduler.store import JobRecord, now_ms
 from paddleray.services.scheduler.trainer_client import TRAINER_FAILED, TRANSIENT, TrainerClient

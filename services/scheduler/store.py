@@ -9,7 +9,7 @@ persisted), stop_intent/stop_reason (why a stop was asked: cancel, early_stop, t
 
 Every check-then-write is one Lua script (lua/*.lua, KEYS/ARGV documented at their top); all
 other reads are plain commands. The store knows nothing of which transitions are legal:
-jobs.py decides, then writes through `update` with the version it read.
+job_transitions.py decides, then writes through `update` with the version it read.
 """
 
 from __future__ import annotations

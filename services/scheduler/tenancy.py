@@ -3,8 +3,7 @@
 JobManager and ExperimentManager call these (and common.identity's rules) with the caller their
 own callers pass as an argument named `caller`; no servicer calls them (the servicers only read
 the call's caller with identity.of_call() and pass it: tests/unit/test_tenancy_layer.py). They
-are a module of their own rather than methods of the managers because both managers share them
-and jobs.py and experiments.py are already the scheduler's largest modules.
+are a module of their own rather than methods of the managers because both managers share them.
 
 A job's tenant is Job.tenant; an experiment's is its trial_template.tenant, which every trial
 inherits, so a sweep's trials are its tenant's jobs.

@@ -13,7 +13,7 @@ from paddleray.services.common import errors
 from paddleray.services.common.identity import LOCAL, Identity, Role
 from paddleray.services.common.resources import Amounts
 from paddleray.services.scheduler import keys
-from paddleray.services.scheduler.jobs import IllegalTransition
+from paddleray.services.scheduler.job_states import IllegalTransition
 from paddleray.services.scheduler.store import Claim
 from support.scheduler import make_job
 
