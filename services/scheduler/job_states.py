@@ -50,7 +50,6 @@ def is_terminal(state: int) -> bool:
     return state in states.JOB_TERMINAL
 
 
-
 def now_ts() -> timestamp_pb2.Timestamp:
     # FromNanoseconds: GetCurrentTime goes through datetime and costs several times more.
     ts = timestamp_pb2.Timestamp()
