@@ -35,7 +35,8 @@ from paddleray.scheduler.v1 import job_pb2
 from paddleray.services.common.cancellation import raise_if_cancelled
 from paddleray.services.common.resources import Amounts, from_cluster, milli
 from paddleray.services.scheduler import metrics
-from paddleray.services.scheduler.follower import RunFollower, deadline_s
+from paddleray.services.scheduler.attempt_ending import deadline_s
+from paddleray.services.scheduler.follower import RunFollower
 from paddleray.services.scheduler.job_states import IllegalTransition
 from paddleray.services.scheduler.jobs import JobManager
 from paddleray.services.scheduler.node_fit import Demand, NodeView, never_fits, node_view, slot

@@ -1,4 +1,4 @@
-"""follower.batched: run events taken in lists, so that a follower that falls behind persists
+"""run_events.batched: run events taken in lists, so that a follower that falls behind persists
 what queued up meanwhile in one write (bench concurrency: a Redis write per metric report)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from paddleray.services.scheduler.follower import batched
+from paddleray.services.scheduler.run_events import batched
 
 pytestmark = pytest.mark.unit
 
