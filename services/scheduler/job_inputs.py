@@ -50,7 +50,7 @@ class JobInputs:
     async def prepare(self, spec: common_pb2.TrainingSpec, field: str, *, caller: Identity) -> common_pb2.TrainingSpec:
         """The spec to store: checked, with init_from resolved (then a copy; `spec` is unchanged),
         with caller's rights: CreateJob's and CreateExperiment's caller, passed down by their
-        servicers; a sweep's trials pass LOCAL (experiments.py says why)."""
+        servicers; a sweep's trials pass LOCAL (experiment_trials.py says why)."""
         files = None
         working_dir = spec.runtime_env.working_dir
         if packages.is_package_uri(working_dir):

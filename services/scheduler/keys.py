@@ -80,7 +80,7 @@ def job_prefix() -> str:
     return f"{PREFIX}job:"
 
 
-# -- Experiments (sweeps): experiments.py, experiment_store.py, asha.py -----------------------
+# -- Experiments (sweeps): experiments.py, experiment_trials.py, experiment_store.py, asha.py -
 
 
 def experiment(experiment_id: str) -> str:

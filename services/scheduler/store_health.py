@@ -17,7 +17,7 @@ from paddleray.services.common import store_health as common
 
 # The scheduler's loops that retry through an outage, each logging its own failed pass.
 _LOOP_LOGGERS = ("paddleray.services.scheduler.dispatcher", "paddleray.services.scheduler.follower",
-                 "paddleray.services.scheduler.experiments")
+                 "paddleray.services.scheduler.experiments", "paddleray.services.scheduler.experiment_trials")
 
 
 def translate(exc: BaseException) -> errors.DomainError | None:
