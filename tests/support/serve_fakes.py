@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from paddleray.services.common import errors
-from paddleray.services.exporter.serving.control.controller import ServedModelStatus, VersionState, VersionStatus
+from paddleray.services.exporter.serving.control.serve_status import ServedModelStatus, VersionState, VersionStatus
 from paddleray.services.exporter.serving.spec import validate_models
 
 

@@ -42,8 +42,8 @@ from paddleray.services.exporter.deploy import deployment_spec
 from paddleray.services.exporter.export.exports import artifact_dir
 from paddleray.services.exporter.registry import convert
 from paddleray.services.exporter.serving import spec as serving
-from paddleray.services.exporter.serving.control.controller import VersionState, VersionStatus
 from paddleray.services.exporter.serving.control.ownership import ServeOwnership
+from paddleray.services.exporter.serving.control.serve_status import VersionState, VersionStatus
 from paddleray.services.exporter.store.deployment_store import DeploymentRecord, DeploymentStore
 from paddleray.services.exporter.store.registry_store import RegistryStore
 from paddleray.services.exporter.store.store_guard import StoreGuard

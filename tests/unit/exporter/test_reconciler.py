@@ -15,7 +15,7 @@ from paddleray.services.common import errors
 from paddleray.services.common.identity import LOCAL
 from paddleray.services.exporter.deploy.deployments import DeploymentManager
 from paddleray.services.exporter.deploy.reconciler import Reconciler
-from paddleray.services.exporter.serving.control.controller import VersionState, VersionStatus
+from paddleray.services.exporter.serving.control.serve_status import VersionState, VersionStatus
 from support.exporter import ready_version
 
 pytestmark = pytest.mark.unit
@@ -206,7 +206,7 @@ async def test_deployments_show_both_endpoints_and_say_when_they_moved(deploymen
 
 
 def test_running_replicas_are_counted_per_node_most_first():
-    from paddleray.services.exporter.serving.control.controller import _per_node
+    from paddleray.services.exporter.serving.control.serve_status import _per_node
 
     replicas = [{"node_id": "b", "node_ip": "10.0.0.2"}, {"node_id": "a", "node_ip": "10.0.0.1"},
                 {"node_id": "b", "node_ip": "10.0.0.2"}, {"node_id": "c", "node_ip": "10.0.0.3"}]
@@ -224,7 +224,7 @@ def test_a_version_state_is_an_enum_equal_to_its_name_and_a_stray_string_is_refu
 def test_every_serve_application_status_maps_to_a_version_state():
     from ray.serve.schema import ApplicationStatus
 
-    from paddleray.services.exporter.serving.control.controller import _APP_STATES
+    from paddleray.services.exporter.serving.control.serve_status import _APP_STATES
 
     assert set(_APP_STATES) == {s.value for s in ApplicationStatus}
     assert all(isinstance(state, VersionState) for state in _APP_STATES.values())

@@ -16,9 +16,8 @@ batching are its deployment's user_config, so a rollout reconfigures its replica
 (model_app.py); `apply` returns once every RUNNING replica of every changed model reports the
 new table (replica_state.py), with the versions that failed to load recorded for `status()`.
 
-`status()` also asks every model through the endpoints clients use (gRPC ModelReady with the
-model's `application` metadata, REST GET .../ready): a version is READY only while a request
-sent there would be answered.
+`status()`, Serve's live state checked against the endpoints clients use, is serve_status.py's
+(ServeStatus, which ServingController is built on).
 
 The exporter process is a Ray driver of the cluster; the controller uses Serve's client in
 it. Serve state lives in the cluster, so a restarted exporter attaches to the running
@@ -33,14 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
-
-import grpc
 
 from paddleray.services.common import ray_private
 from paddleray.services.common.errors import FailedPrecondition, Unavailable
@@ -49,6 +42,7 @@ from paddleray.services.exporter.serving import replica_state
 from paddleray.services.exporter.serving.artifact import load_artifact
 from paddleray.services.exporter.serving.control import serve_config as sc
 from paddleray.services.exporter.serving.control.ports import choose_ports
+from paddleray.services.exporter.serving.control.serve_status import ServeStatus, _value
 from paddleray.services.exporter.serving.replica.grpc_services import SERVICER_FUNCTIONS
 from paddleray.services.exporter.serving.spec import MODEL_DEPLOYMENT, ServedModel, validate_models
 
@@ -56,50 +50,9 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.25
 # _wait_apps' result for an app whose replicas wait for resources no node has free.
 _UNPLACED = "waiting for resources"
-_PROBE_TIMEOUT_S = 3.0
 
 
-class VersionState(StrEnum):
-    """A served version's live state. String-valued: each equals its name, as JSON and logs show it."""
-
-    DEPLOYING = "DEPLOYING"
-    READY = "READY"  # a request sent to the endpoints clients are shown is answered
-    UNHEALTHY = "UNHEALTHY"
-    FAILED = "FAILED"
-    DELETING = "DELETING"
-
-
-# Serve's application status -> ours; a status a later Serve adds counts as DEPLOYING (not READY).
-_APP_STATES = {"RUNNING": VersionState.READY, "DEPLOYING": VersionState.DEPLOYING,
-               "DEPLOY_FAILED": VersionState.FAILED, "UNHEALTHY": VersionState.UNHEALTHY,
-               "DELETING": VersionState.DELETING, "NOT_STARTED": VersionState.DEPLOYING}
-
-
-@dataclass
-class VersionStatus:
-    version: str
-    state: VersionState
-    running_replicas: int = 0
-    target_replicas: int = 0
-    # Whether the model's replicas route requests to this version, and with which weight.
-    serving: bool = False
-    weight: float = 0.0
-    message: str = ""
-    # Running replicas by node: (node id, node ip, count), most replicas first.
-    replicas_per_node: list[tuple[str, str, int]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        # A state given by its name (from JSON, a test) becomes the member; any other string is refused.
-        self.state = VersionState(self.state)
-
-
-@dataclass
-class ServedModelStatus:
-    serving_name: str
-    versions: dict[str, VersionStatus] = field(default_factory=dict)
-
-
-class ServingController:
+class ServingController(ServeStatus):
     def __init__(
         self,
         grpc_port: int = 9000,
@@ -253,80 +206,6 @@ class ServingController:
         details = (self._details().get("applications") or {}).get(app) or {}
         deployment = (details.get("deployments") or {}).get(MODEL_DEPLOYMENT) or {}
         return [r["replica_id"] for r in deployment.get("replicas") or [] if r.get("state") == "RUNNING"]
-
-    async def status(self) -> dict[str, ServedModelStatus]:
-        """Live state per serving name and version, from Serve and from the endpoints."""
-        details = (await in_daemon_thread(self._details)).get("applications") or {}
-        found: dict[str, ServedModelStatus] = {}
-        for name, app in details.items():
-            if name == sc.SERVER_APP:
-                continue
-            table = sc.deployed_table(app.get("deployed_app_config"))
-            deployment = (app.get("deployments") or {}).get(MODEL_DEPLOYMENT) or {}
-            replicas = deployment.get("replicas") or []
-            state = _APP_STATES.get(_value(app.get("status")), VersionState.DEPLOYING)
-            message = str(app.get("message") or deployment.get("message") or "")
-            if state is VersionState.DEPLOYING and name in self._unplaced_apps and "resources" not in message:
-                message = self._unplaced_apps[name]  # before Serve says so itself (after 30 s)
-            model = found[name] = ServedModelStatus(name)
-            running = [r for r in replicas if r.get("state") == "RUNNING"]
-            per_node = _per_node(running)
-            for version, entry in (table.get("versions") or {}).items():
-                failure = self._failures.get((name, version)) or self._failures.get((name, "*"))
-                model.versions[version] = VersionStatus(
-                    version=version,
-                    state=VersionState.FAILED if failure and state is VersionState.READY else state,
-                    running_replicas=len(running),
-                    target_replicas=int(deployment.get("target_num_replicas") or 0),
-                    serving=failure is None,
-                    weight=float(entry.get("weight", 0.0)),
-                    message=failure or message,
-                    replicas_per_node=list(per_node),
-                )
-        if self._probe:
-            await asyncio.gather(*(self._probe_model(m) for m in found.values()
-                                   if any(v.state is VersionState.READY for v in m.versions.values())))
-        return found
-
-    async def _probe_model(self, model: ServedModelStatus) -> None:
-        """READY versions become UNHEALTHY unless a request to the endpoints clients use is answered."""
-        problem = await in_daemon_thread(lambda: self._probe_grpc(model.serving_name)) or \
-            await in_daemon_thread(lambda: self._probe_http(model.serving_name))
-        if problem:
-            for version in model.versions.values():
-                if version.state is VersionState.READY:
-                    version.state, version.message = VersionState.UNHEALTHY, problem
-
-    def _probe_grpc(self, name: str) -> str:
-        from paddleray.inference.v2 import grpc_service_pb2 as pb
-        from paddleray.inference.v2 import grpc_service_pb2_grpc
-        from paddleray.services.common.channels import open_blocking_channel
-
-        target = self.endpoints()[0]
-        with open_blocking_channel(target) as channel:
-            stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            try:
-                answer = stub.ModelReady(pb.ModelReadyRequest(name=name), metadata=(("application", name),),
-                                         timeout=_PROBE_TIMEOUT_S)
-            except grpc.RpcError as exc:
-                return f"not answering on the gRPC endpoint {target}: {exc.code().name} {(exc.details() or '')[:200]}"
-        # Answered but not ready: the server app's word for a model whose own app does not answer.
-        return "" if answer.ready else f"not ready on the gRPC endpoint {target}"
-
-    def _probe_http(self, name: str) -> str:
-        url = f"{self.endpoints()[1]}{sc.route_prefix(name)}/ready"
-        try:
-            with urllib.request.urlopen(url, timeout=_PROBE_TIMEOUT_S) as response:
-                response.read()
-        except urllib.error.HTTPError as exc:
-            return f"not answering on the REST endpoint {url}: HTTP {exc.code}"
-        except OSError as exc:
-            return f"not answering on the REST endpoint {url}: {exc}"
-        return ""
-
-    def _details(self) -> dict[str, Any]:
-        return ray_private.serve_details()
-
     def _deploy_sync(self, apps: list[dict[str, Any]]) -> None:
         """Serve's declarative deploy (what `serve deploy` and KubeRay's RayService do), not
         serve.run: the apps are import paths built in the replicas, not in this process, and a
@@ -419,21 +298,6 @@ def _deployed(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for name, app in details.items()
         if name != sc.SERVER_APP and app.get("deployed_app_config") and _value(app.get("status")) != "DELETING"
     }
-
-
-def _per_node(replicas: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
-    """(node id, node ip, replicas) of the replicas given, most replicas first, then by node id."""
-    counts: dict[tuple[str, str], int] = {}
-    for replica in replicas:
-        key = (str(replica.get("node_id") or ""), str(replica.get("node_ip") or ""))
-        counts[key] = counts.get(key, 0) + 1
-    return sorted(((node, ip, n) for (node, ip), n in counts.items()), key=lambda e: (-e[2], e[0]))
-
-
-def _value(status: Any) -> str:
-    """Serve's status enums (str subclasses) as their plain value."""
-    return str(getattr(status, "value", status))
-
 
 def _check_artifacts(models: list[ServedModel]) -> None:
     for i, model in enumerate(models):
