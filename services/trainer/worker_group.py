@@ -71,7 +71,7 @@ def _set_at_start(name: str) -> bool:
 def split_env(env: EnvSpec) -> tuple[dict[str, Any], dict[str, str]]:
     """(Ray's runtime_env for the actors, the env vars each worker sets itself in __init__).
 
-    Any runtime_env makes Ray start a worker through its setup_worker.py shim: a whole extra
+    Any runtime_env makes Ray start a worker through its setup_worker shim: a whole extra
     Python interpreter importing Ray (about 0.3 core-s here) plus a round trip to the node's
     runtime-env agent, per worker, and no prestarted worker fits it (bench concurrency). Env
     vars alone need none of that: the worker sets them before it runs anything of the run's,
