@@ -163,7 +163,14 @@ def story(client: Client, steps: demo_report.Steps, summary: dict[str, Any], pat
 
     deployment_id = f"{MODEL_ID}-{run_id}"
     with steps.step("deploy", f"4. {version.name} deployed on Ray Serve"):
-        deployment = demo_serving.deploy(client, console, version, deployment_id)
+        try:
+            deployment = demo_serving.deploy(client, console, version, deployment_id)
+        except BaseException:
+            # A deployment that never got healthy is the demo's too: left on a stack the user
+            # keeps (or a Ray cluster shared with another installation), it would serve on.
+            if not keep:
+                demo_serving.undeploy_if_created(client, console, deployment_id)
+            raise
     summary["deployment"] = full_data(deployment)
     try:
         features, labels_ = demo_serving.held_out(config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import grpc
 import numpy as np
 from rich.console import Console
 
@@ -14,8 +15,10 @@ from paddleray.services.cli.demo_report import percentile
 from paddleray.services.cli.demo_training import DemoFailed
 from paddleray.services.cli.models_commands import print_validation
 from paddleray.services.client import Client
+from paddleray.services.client.errors import ClientError, ServiceError
 from paddleray.services.client.exporter import Exporter
 from paddleray.services.client.inference import Inference
+from paddleray.services.common import names
 from paddleray.services.trainer.examples import digits_data
 from paddleray.services.trainer.examples.config import TrainConfig
 
@@ -137,4 +140,20 @@ def query(client: Client, console: Console, deployment: deployment_pb2.Deploymen
 
 def undeploy(client: Client, console: Console, name: str) -> None:
     Exporter(client).delete_deployment(name)
+    console.print(f"{name} deleted (use --keep to leave it serving)", markup=False)
+
+
+def undeploy_if_created(client: Client, console: Console, deployment_id: str) -> None:
+    """Deletes the deployment the demo was creating, if it exists; never raises over the
+    error the demo is already reporting."""
+    name = names.DEPLOYMENT.format(deployment=deployment_id)
+    try:
+        Exporter(client).delete_deployment(name)
+    except ServiceError as error:
+        if error.code != grpc.StatusCode.NOT_FOUND:
+            console.print(f"could not delete {name}: {error}", markup=False)
+        return
+    except ClientError as error:
+        console.print(f"could not delete {name}: {error}", markup=False)
+        return
     console.print(f"{name} deleted (use --keep to leave it serving)", markup=False)

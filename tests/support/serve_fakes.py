@@ -20,6 +20,8 @@ class Controller:
         self.release = asyncio.Event()
         self.release.set()
         self.live: dict[tuple[str, str], tuple[VersionState, str]] = {}  # (name, version) -> (state, message)
+        # (name, version) -> the probe's message: Serve runs it, the endpoints do not answer for it.
+        self.unanswered: dict[tuple[str, str], str] = {}
 
     async def start(self, known=()) -> None:
         self.starts += 1
@@ -39,6 +41,11 @@ class Controller:
                 running = 1 if state is VersionState.READY else 0
                 versions[v.version] = VersionStatus(v.version, state, running, 1, running == 1, v.weight, message,
                                                     replicas_per_node=[("node-a", "10.0.0.1", running)] if running else [])
+                if state is VersionState.READY and (model.serving_name, v.version) in self.unanswered:
+                    # What the real status() makes of a READY version its probe got no answer for.
+                    status = versions[v.version]
+                    status.state, status.answered = VersionState.UNHEALTHY, False
+                    status.message = self.unanswered[(model.serving_name, v.version)]
             found[model.serving_name] = ServedModelStatus(model.serving_name, versions)
         return found
 

@@ -241,7 +241,7 @@ class Reconciler:
         observed.CopyFrom(deployment)
         observed.ClearField("version_statuses")
         model = status.get(deployment.serving_name)
-        states = []
+        states, unanswered = [], []
         for target in deployment.traffic:
             number = names.MODEL_VERSION.parse(target.model_version, "traffic.model_version")["version"]
             live = model.versions.get(number) if model is not None else None
@@ -257,6 +257,14 @@ class Reconciler:
                     entry.replicas_per_node.add(node_id=node_id, node_ip=node_ip, running_replicas=count)
                 entry.message = live.message
                 entry.state = _version_state(live, target.percent)
+                if (entry.state == D.DEPLOYMENT_STATE_UNHEALTHY and not live.answered
+                        and deployment.state in (D.DEPLOYMENT_STATE_DEPLOYING, D.DEPLOYMENT_STATE_UPDATING)):
+                    # Serve runs the replicas, but clients are not answered yet: HAProxy's first
+                    # health checks of a backend it just added answer 503 for a moment. Not HEALTHY
+                    # (issue 21.10) and not a failure either: still deploying, saying why. Once
+                    # HEALTHY, an endpoint that stops answering makes the deployment UNHEALTHY.
+                    entry.state = D.DEPLOYMENT_STATE_DEPLOYING
+                    unanswered.append(entry)
             states.append(entry)
         if deployment.state == D.DEPLOYMENT_STATE_DELETING:
             return observed
@@ -270,6 +278,8 @@ class Reconciler:
         elif all(s.state == D.DEPLOYMENT_STATE_HEALTHY for s in states) and applied:
             # HEALTHY; the reason says where the endpoints are when not on the configured ports.
             observed.state, observed.state_reason = D.DEPLOYMENT_STATE_HEALTHY, getattr(self.controller, "endpoint_note", "")
+        elif unanswered:
+            observed.state_reason = f"{unanswered[0].model_version}: {unanswered[0].message}"
         elif deployment.state not in (D.DEPLOYMENT_STATE_DEPLOYING, D.DEPLOYMENT_STATE_UPDATING):
             observed.state, observed.state_reason = D.DEPLOYMENT_STATE_UPDATING, "replicas are (re)starting"
         return observed

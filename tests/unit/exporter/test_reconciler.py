@@ -110,6 +110,32 @@ async def test_replicas_that_cannot_be_placed_make_the_deployment_unhealthy_with
     assert stored.state == D.DEPLOYMENT_STATE_UNHEALTHY and "to be scheduled" in stored.state_reason
 
 
+async def test_a_deploy_not_answered_yet_is_still_deploying_and_one_that_stops_answering_is_unhealthy(
+        manager, reconciler, controller, deployment_store, store, tmp_path):
+    """Right after an app is added, HAProxy answers 503 until its first health checks pass: the
+    deployment is not HEALTHY then (issue 21.10), but not UNHEALTHY either. A client waiting for a
+    settled state (the demo, `wait_deployment`) was told UNHEALTHY and gave up (CI). Once HEALTHY,
+    an endpoint that stops answering is UNHEALTHY."""
+    await ready_version(store, tmp_path, "digits")
+    await manager.create(LOCAL, "prod", split((1, 100)), "")
+    probe = "not answering on the gRPC endpoint 127.0.0.1:1: UNAVAILABLE Received http2 header with status: 503"
+    controller.unanswered[("prod", "1")] = probe
+    await reconciler.reconcile()
+    stored = (await deployment_store.get("prod")).deployment
+    assert stored.state == D.DEPLOYMENT_STATE_DEPLOYING, stored
+    assert stored.state_reason == f"models/digits/versions/1: {probe}"
+    assert stored.version_statuses[0].state == D.DEPLOYMENT_STATE_DEPLOYING
+
+    del controller.unanswered[("prod", "1")]
+    await reconciler.reconcile()
+    assert (await deployment_store.get("prod")).deployment.state == D.DEPLOYMENT_STATE_HEALTHY
+
+    controller.unanswered[("prod", "1")] = probe
+    await reconciler.reconcile()
+    stored = (await deployment_store.get("prod")).deployment
+    assert stored.state == D.DEPLOYMENT_STATE_UNHEALTHY and probe in stored.state_reason, stored
+
+
 async def test_a_missing_artifact_fails_only_its_deployment(manager, reconciler, controller, deployment_store, store,
                                                              tmp_path):
     await ready_version(store, tmp_path, "digits")

@@ -56,6 +56,9 @@ class VersionStatus:
     message: str = ""
     # Running replicas by node: (node id, node ip, count), most replicas first.
     replicas_per_node: list[tuple[str, str, int]] = field(default_factory=list)
+    # False when Serve runs the version but the endpoints clients use did not answer for it
+    # (the probe made it UNHEALTHY): the reconciler tells a deploy not answering yet from a lost one.
+    answered: bool = True
 
     def __post_init__(self) -> None:
         # A state given by its name (from JSON, a test) becomes the member; any other string is refused.
@@ -117,7 +120,7 @@ class ServeStatus:
         if problem:
             for version in model.versions.values():
                 if version.state is VersionState.READY:
-                    version.state, version.message = VersionState.UNHEALTHY, problem
+                    version.state, version.message, version.answered = VersionState.UNHEALTHY, problem, False
 
     def _probe_grpc(self, name: str) -> str:
         from paddleray.inference.v2 import grpc_service_pb2 as pb
