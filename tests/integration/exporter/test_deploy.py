@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from collections import Counter
 
 import grpc
@@ -196,3 +197,29 @@ def test_a_90_10_split_routes_by_weight_and_model_version_picks_a_version(client
     assert [d.name for d in listed] == ["deployments/ab"]
     client.stub.DeleteDeployment(es.DeleteDeploymentRequest(name=created.name), timeout=30)
     wait_until(lambda: _gone(client, created.name), timeout=180, interval=0.5, message="the deployment to be removed")
+
+
+def test_the_demo_deletes_a_deployment_it_was_creating_when_its_deploy_step_fails(clients, versions, serving_exporter):
+    """A demo whose deploy step failed (CI: it settled on a transient UNHEALTHY) left its
+    deployment serving in a Ray cluster the next installation then shared; without --keep the demo
+    deletes what it was creating, and a deployment it never created is no error of its own."""
+    from rich.console import Console
+
+    from paddleray.services.cli import demo_serving
+    from paddleray.services.client import Client
+
+    client, _ = clients
+    (name, _), _ = versions
+    deployment = deployment_pb2.Deployment(serving_name="demo-left", resources_per_replica=REPLICA,
+                                           traffic=[deployment_pb2.TrafficTarget(model_version=name, percent=100)])
+    client.stub.CreateDeployment(es.CreateDeploymentRequest(deployment_id="demo-left", deployment=deployment), timeout=30)
+    console = Console(record=True, width=200)
+    with Client.connect(address=serving_exporter.address, exporter_address=serving_exporter.address) as sdk:
+        demo_serving.undeploy_if_created(sdk, console, "demo-left")
+        demo_serving.undeploy_if_created(sdk, console, "never-created")
+    text = console.export_text()
+    assert "deployments/demo-left deleted" in text and "never-created" not in text, text
+    deadline = time.monotonic() + 180
+    while not _gone(client, "deployments/demo-left"):
+        assert time.monotonic() < deadline, "the demo's deployment was not removed"
+        time.sleep(0.5)

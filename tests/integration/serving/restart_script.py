@@ -97,8 +97,11 @@ def crash(head: RayHead) -> None:
 
 
 def foreign_listener(port: int) -> socket.socket:
-    """Another program on the port (with SO_REUSEPORT, as a grpc server binds by default)."""
+    """Another program on the port (with SO_REUSEADDR and SO_REUSEPORT, as a grpc server binds
+    by default). Without SO_REUSEADDR the bind fails on the connections the crashed head's
+    endpoint left in TIME_WAIT (CI: EADDRINUSE just after `bindable`, which sets it, said free)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen()
